@@ -1,0 +1,27 @@
+# Two commands do all set-up: `make run` (the main job) and `make test` (the suite).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONFIG ?= configs/quick.yaml
+
+.PHONY: run test install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch is named in the same pip command as the rest, or pip resolves a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet "torch==2.13.0" -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/wdrbo-dist run $(CONFIG)
+	$(BIN)/wdrbo-dist report $(CONFIG)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV)

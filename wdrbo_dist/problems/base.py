@@ -1,0 +1,121 @@
+"""The `Problem` contract: what a BO run needs to know about a test problem.
+
+A problem knows its decision and context spaces, how the environment draws a context and
+answers a query (the observation model of spec 1.1), the true expectation E_{c~P*}[f(x, c)]
+by the spec's fixed QMC rule, and the exact optimum of that expectation. It knows nothing of
+GPs, algorithms, Ray or MLflow.
+
+Conventions (spec section 0 and 4):
+- decisions `x` live in `decision_bounds` (the unit box for every published problem,
+  [-1, 1] for the general-setting toy); contexts `c` live in `context_bounds`;
+- everything is maximisation;
+- all tensors are float64; randomness comes only from the `torch.Generator` passed in,
+  which always lives on the CPU, so a run gives the same numbers on every device.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+Fidelity = Literal["paper", "reference"]
+FIDELITIES: tuple[str, ...] = ("paper", "reference")
+DTYPE = torch.float64
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the environment returns for a batch of decisions (spec 1.1)."""
+
+    y: Tensor  # [b] observed values f(x, c)
+    context: Tensor  # [b, d_c] the context returned to the learner (may differ from the one f used)
+
+
+@dataclass(frozen=True)
+class CentreDistribution:
+    """A given ambiguity centre for WDRBO's general setting: a fixed quadrature of P-hat."""
+
+    nodes: Tensor  # [m, d_c] context points
+    weights: Tensor  # [m] nonnegative, summing to one
+    radius: float  # the constant Wasserstein radius eps_t
+
+
+class Problem(abc.ABC):
+    """A contextual test problem: max_x E_{c~P*}[f(x, c)]."""
+
+    name: ClassVar[str]
+    dim_x: ClassVar[int]
+    dim_c: ClassVar[int]
+
+    def __init__(self, fidelity: Fidelity = "paper") -> None:
+        if fidelity not in FIDELITIES:
+            raise ValueError(f"fidelity must be one of {FIDELITIES}, got {fidelity!r}")
+        self.fidelity: Fidelity = fidelity
+
+    # --- spaces -----------------------------------------------------------------------------
+    @property
+    def decision_bounds(self) -> Tensor:
+        """[2, d_x] lower and upper bounds of x (the unit box unless overridden)."""
+        return torch.stack([torch.zeros(self.dim_x, dtype=DTYPE), torch.ones(self.dim_x, dtype=DTYPE)])
+
+    @property
+    def context_bounds(self) -> Tensor:
+        """[2, d_c] lower and upper bounds of the context domain (the unit box unless overridden)."""
+        return torch.stack([torch.zeros(self.dim_c, dtype=DTYPE), torch.ones(self.dim_c, dtype=DTYPE)])
+
+    # --- the environment ----------------------------------------------------------------------
+    @abc.abstractmethod
+    def sample_context(self, n: int, generator: torch.Generator) -> Tensor:
+        """Draw `n` contexts from P* ([n, d_c], float64, CPU), as the learner observes them."""
+
+    @abc.abstractmethod
+    def evaluate(self, x: Tensor, c: Tensor) -> Tensor:
+        """f(x, c) for broadcastable `x` [..., d_x] and `c` [..., d_c]; returns [...].
+
+        This is the function the learner observes (for Newsvendor, with the demand clamped).
+        """
+
+    def observe(self, x: Tensor, generator: torch.Generator) -> Observation:
+        """The environment of spec 1.1: a fresh context per row, y = f(x, c), no noise."""
+        c = self.sample_context(x.shape[0], generator)
+        return Observation(y=self.evaluate(x, c), context=c)
+
+    # --- the truth ----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def expected_value(self, x: Tensor) -> Tensor:
+        """E_{c~P*}[f(x, c)] by the spec's deterministic QMC rule, vectorised: [b, d_x] -> [b]."""
+
+    optimal_value: float
+    """max_x E[f(x, .)] under the same QMC rule (spec section 4); a class attribute, or a property
+    where it depends on the fidelity profile (SixHumpCamel)."""
+
+    optimal_x: tuple[float, ...]
+    """An argmax of the expectation."""
+
+    reference_optimal_value: float
+    """The published code's hard-coded `max_stochastic` constant (spec 5.2)."""
+
+    def optimum(self) -> tuple[Tensor, float]:
+        """The exact optimum (argmax, value) used for the regret in this fidelity profile."""
+        return torch.tensor(self.optimal_x, dtype=DTYPE), float(self.optimal_value)
+
+    # --- the general setting -------------------------------------------------------------------
+    def centre_distribution(self) -> CentreDistribution | None:
+        """For the general setting: the given centre P-hat and radius; None when data-driven."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(fidelity={self.fidelity!r})"
+
+
+def sobol_points(n: int, dim: int) -> Tensor:
+    """The first `n` points of the unscrambled Sobol sequence in `dim` dimensions (float64).
+
+    This is the QMC rule of spec section 4 (its first point is the origin).
+    """
+    engine = torch.quasirandom.SobolEngine(dimension=dim, scramble=False)
+    return engine.draw(n, dtype=DTYPE)
