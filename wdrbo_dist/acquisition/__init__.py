@@ -1,0 +1,1 @@
+"""Acquisition functions (one module each) and the optimiser of spec 1.6."""

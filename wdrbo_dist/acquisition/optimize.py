@@ -1,0 +1,121 @@
+"""Acquisition maximisation as in spec 1.6 (BoTorch's `optimize_acqf` with q = 1, torch optimiser).
+
+1. screen `raw_samples` scrambled Sobol points (in chunks of `batch_limit`, no gradients);
+2. pick `num_restarts` starts by the Boltzmann heuristic (the best raw point always included);
+3. run Adam (lr 0.025) on all starts jointly, clamping to the bounds, until BoTorch's
+   exponential-moving-average stopping rule fires (window 10, rel_tol 1e-5) or 10,000 steps;
+4. return the start with the largest final value.
+
+Every random draw (Sobol scrambles, Boltzmann sampling) comes from the run's CPU generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from botorch.optim.stopping import ExpMAStoppingCriterion
+from torch import Tensor
+
+AcquisitionFn = Callable[[Tensor], Tensor]  # [b, d_x] -> [b]
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    num_restarts: int
+    raw_samples: int
+    batch_limit: int
+    lr: float = 0.025
+    maxiter: int = 10_000
+    rel_tol: float = 1e-5
+    n_window: int = 10
+    eta: float = 1.0
+
+
+STANDARD = OptimizerSettings(num_restarts=10, raw_samples=1024, batch_limit=512)
+CHEAP = OptimizerSettings(num_restarts=5, raw_samples=64, batch_limit=64)
+
+
+@dataclass
+class OptimizationStats:
+    acquisition_calls: int = 0
+    adam_steps: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def draw_seed(generator: torch.Generator) -> int:
+    return int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+
+
+def scrambled_sobol(n: int, dim: int, generator: torch.Generator, dtype: torch.dtype = torch.float64) -> Tensor:
+    """`n` points of a Sobol sequence scrambled with a seed drawn from `generator` (CPU)."""
+    engine = torch.quasirandom.SobolEngine(dimension=dim, scramble=True, seed=draw_seed(generator))
+    return engine.draw(n, dtype=dtype)
+
+
+def boltzmann_starts(x: Tensor, values: Tensor, n: int, eta: float, generator: torch.Generator) -> Tensor:
+    """BoTorch's `initialize_q_batch` heuristic: sample starts with weights exp(eta * z-score)."""
+    n = min(n, x.shape[0])
+    finite = torch.isfinite(values)
+    vals = torch.where(finite, values, torch.full_like(values, -torch.inf))
+    std = vals[finite].std() if finite.sum() > 1 else torch.tensor(0.0)
+    if not finite.any() or not torch.isfinite(std) or std <= 0:
+        idx = torch.randperm(x.shape[0], generator=generator)[:n]
+        return x[idx.to(x.device)]
+    z = (vals - vals[finite].mean()) / std
+    e = eta
+    weights = torch.exp(e * z)
+    while not torch.isfinite(weights[finite]).all():
+        e /= 2
+        weights = torch.exp(e * z)
+    weights = torch.where(finite, weights, torch.zeros_like(weights)).cpu()
+    if (weights > 0).sum() < n:
+        weights = weights + finite.cpu().to(weights.dtype) * 1e-12 + 1e-300
+    idx = torch.multinomial(weights, n, replacement=False, generator=generator)
+    best = int(torch.argmax(torch.where(finite, vals, torch.full_like(vals, -torch.inf))).cpu())
+    if best not in idx.tolist():
+        idx[-1] = best
+    return x[idx.to(x.device)]
+
+
+def maximize_acquisition(
+    acquisition: AcquisitionFn,
+    bounds: Tensor,
+    settings: OptimizerSettings,
+    generator: torch.Generator,
+) -> tuple[Tensor, float, OptimizationStats]:
+    """Maximise `acquisition` over the box `bounds` [2, d]; returns (x [d], value, stats)."""
+    stats = OptimizationStats()
+    lower, upper = bounds[0], bounds[1]
+    dim = bounds.shape[-1]
+    raw = lower + (upper - lower) * scrambled_sobol(settings.raw_samples, dim, generator).to(bounds)
+    with torch.no_grad():
+        values = torch.cat([acquisition(chunk) for chunk in raw.split(settings.batch_limit)])
+    stats.acquisition_calls += -(-settings.raw_samples // settings.batch_limit)
+    starts = boltzmann_starts(raw, values, settings.num_restarts, settings.eta, generator)
+
+    x = starts.clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([x], lr=settings.lr)
+    stopping = ExpMAStoppingCriterion(
+        maxiter=settings.maxiter, minimize=True, n_window=settings.n_window, rel_tol=settings.rel_tol
+    )
+    while True:
+        with torch.no_grad():
+            x.copy_(torch.maximum(torch.minimum(x, upper), lower))
+        loss = -acquisition(x).sum()
+        (grad,) = torch.autograd.grad(loss, x)
+        # A non-finite gradient (e.g. at a kink) must not poison the whole batch of restarts.
+        x.grad = torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
+        optimizer.step()
+        stats.adam_steps += 1
+        stats.acquisition_calls += 1
+        if stopping(loss.detach()):
+            break
+    with torch.no_grad():
+        x = torch.maximum(torch.minimum(x.detach(), upper), lower)
+        final = acquisition(x)
+    stats.acquisition_calls += 1
+    final = torch.where(torch.isfinite(final), final, torch.full_like(final, -torch.inf))
+    best = int(torch.argmax(final))
+    return x[best].detach(), float(final[best]), stats
