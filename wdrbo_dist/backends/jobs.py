@@ -1,0 +1,100 @@
+"""Submit a whole study to a Ray cluster through the Ray Jobs API.
+
+The driver then runs on the cluster's head node (`wdrbo-dist run CONFIG --backend ray
+--address auto`), so a laptop can disconnect while the study runs. The working folder is
+uploaded without `.venv`, `.git` and results; the cluster's Python must have the package's
+dependencies installed (see jobs/README.md).
+
+Ray 2.60 token authentication: when the cluster runs with `RAY_AUTH_MODE=token`, the client
+sends the token found in `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`, but
+only when `RAY_AUTH_MODE=token` is also set on the submitting machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+UPLOAD_EXCLUDES = [
+    ".venv", ".git", "results", "mlruns", "mlflow.db", "__pycache__", "*.egg-info",
+    ".pytest_cache", "dashboards/*/", "*.parquet",
+]
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+class SubmitError(RuntimeError):
+    """The job could not be submitted (bad address, auth, config outside the working dir)."""
+
+
+def job_entrypoint(config_rel: str, workers: int | None, extra: list[str]) -> str:
+    parts = ["python", "-m", "wdrbo_dist.cli", "run", config_rel, "--backend", "ray", "--address", "auto"]
+    if workers:
+        parts += ["--workers", str(workers)]
+    return " ".join(shlex.quote(p) for p in parts + extra)
+
+
+def submit_study(
+    config: Path,
+    address: str,
+    study_name: str,
+    working_dir: Path,
+    workers: int | None = None,
+    extra_args: list[str] | None = None,
+    wait: bool = True,
+    echo: Callable[[str], None] = print,
+) -> tuple[str, str]:
+    """Submit the study and (with `wait`) stream its logs; returns (job id, final status)."""
+    from ray.job_submission import JobSubmissionClient
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    working_dir = working_dir.resolve()
+    try:
+        config_rel = str(config.resolve().relative_to(working_dir))
+    except ValueError:
+        raise SubmitError(
+            f"CONFIG {config} must be inside the uploaded working dir {working_dir} (see --working-dir)"
+        ) from None
+    try:
+        client = JobSubmissionClient(address)
+    except Exception as exc:  # noqa: BLE001 - connection, auth, version: one line for the user
+        raise SubmitError(f"--address {address}: {' '.join(str(exc).split())[:300]}") from None
+    submission_id = f"wdrbo-{study_name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    job_id = client.submit_job(
+        entrypoint=job_entrypoint(config_rel, workers, extra_args or []),
+        submission_id=submission_id,
+        runtime_env={
+            "working_dir": str(working_dir),
+            "excludes": UPLOAD_EXCLUDES,
+            "env_vars": {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"},
+        },
+        metadata={"study": study_name, "config": config_rel},
+    )
+    echo(f"submitted job {job_id} to {address} (study {study_name})")
+    if not wait:
+        return job_id, str(client.get_job_status(job_id)).split(".")[-1]
+    try:
+        asyncio.run(_tail(client, job_id, echo))
+    except KeyboardInterrupt:
+        echo(f"stopped following; the job keeps running. Stop it with: ray job stop --address {address} {job_id}")
+        return job_id, "RUNNING"
+    status = _wait_terminal(client, job_id)
+    return job_id, status
+
+
+async def _tail(client, job_id: str, echo: Callable[[str], None]) -> None:
+    async for chunk in client.tail_job_logs(job_id):
+        for line in chunk.splitlines():
+            echo(line)
+
+
+def _wait_terminal(client, job_id: str, timeout_s: float = 60.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    status = str(client.get_job_status(job_id))
+    while status.split(".")[-1] not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(0.5)
+        status = str(client.get_job_status(job_id))
+    return status.split(".")[-1]

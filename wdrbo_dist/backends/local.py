@@ -1,0 +1,86 @@
+"""The local backend: a pool of `workers` processes on this machine.
+
+Processes are spawned (not forked): forking a driver that already holds torch's thread pools
+is unsafe. Pool processes ignore SIGINT, so Ctrl-C reaches only the driver, which cancels the
+queue and terminates the pool. A pool process that dies (killed, out of memory) breaks the
+pool; the pool is rebuilt and the runs that were in flight are retried up to `max_attempts`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from wdrbo_dist.backends.task import Outcome, Task, execute, failed_outcome
+
+MAX_ATTEMPTS = 3
+
+
+def _init_worker() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _new_pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(
+        max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker
+    )
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """Stop the pool now: cancel queued runs and end the processes this pool started."""
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
+def map_local(tasks: Sequence[Task], workers: int, max_attempts: int = MAX_ATTEMPTS) -> Iterator[Outcome]:
+    queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
+    pool = _new_pool(workers)
+    running: dict[Future, tuple[Task, int]] = {}
+    completed = False
+    try:
+        while queue or running:
+            while queue and len(running) < workers:
+                task, attempt = queue.popleft()
+                running[pool.submit(execute, task)] = (task, attempt)
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            broken: list[tuple[Task, int]] = []
+            for future in done:
+                task, attempt = running.pop(future)
+                try:
+                    outcome = future.result()
+                except BrokenProcessPool:
+                    broken.append((task, attempt))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
+                    yield failed_outcome(task, f"{type(exc).__name__}: {exc}", attempt)
+                    continue
+                outcome.attempts = attempt
+                yield outcome
+            if broken:
+                # Every run in flight is lost with a broken pool: retry them in a new one.
+                broken += list(running.values())
+                running.clear()
+                _terminate(pool)
+                pool = _new_pool(workers)
+                for task, attempt in reversed(broken):
+                    if attempt >= max_attempts:
+                        yield failed_outcome(
+                            task, f"the worker process died {attempt} times (killed or out of memory)", attempt
+                        )
+                    else:
+                        queue.appendleft((task, attempt + 1))
+        completed = True
+    finally:
+        if completed:
+            pool.shutdown(wait=True)
+        else:
+            _terminate(pool)

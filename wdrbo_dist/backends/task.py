@@ -1,0 +1,68 @@
+"""The unit every backend ships: a run spec plus how to run it, and what comes back."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from dataclasses import dataclass
+
+from wdrbo_dist.run import RunResult, RunSpec
+from wdrbo_dist.tracking import WorkerTracking
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run and its execution settings (picklable: it travels to workers)."""
+
+    spec: RunSpec
+    threads: int = 1  # torch / OpenMP threads inside the run
+    num_cpus: float = 1.0  # what the scheduler reserves (Ray)
+    num_gpus: float = 0.0
+    expected_cost: float = 1.0  # relative, for longest-first order and the ETA
+    tracking: WorkerTracking | None = None  # set when workers log to MLflow themselves
+
+
+@dataclass
+class Outcome:
+    """A run's result, and the MLflow child run a worker opened for it (if any)."""
+
+    task: Task
+    result: RunResult
+    child_run_id: str | None = None
+    tracking_error: str | None = None
+    attempts: int = 1
+
+
+def set_threads(threads: int) -> None:
+    """Pin torch and OpenMP to `threads`: two runs with two threads each on two cores are
+    many times slower than with one each (oversubscription)."""
+    import torch
+
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["MKL_NUM_THREADS"] = str(threads)
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
+def execute(task: Task) -> Outcome:
+    """Run one task where it lands (driver, pool process or Ray worker).
+
+    Errors of the run become a FAILED result (never an exception), so that a deterministic
+    error is recorded once and not retried; only a dying process is retried.
+    """
+    from wdrbo_dist.run import run_one
+
+    set_threads(task.threads)
+    result = run_one(task.spec, progress=False, capture_errors=True)
+    outcome = Outcome(task=task, result=result)
+    if task.tracking is not None:
+        try:
+            outcome.child_run_id = task.tracking.log(result)
+        except Exception:  # noqa: BLE001 - the driver logs it instead
+            outcome.tracking_error = traceback.format_exc(limit=3)
+    return outcome
+
+
+def failed_outcome(task: Task, error: str, attempts: int = 1) -> Outcome:
+    """An outcome for a task whose process could not deliver a result (e.g. it kept dying)."""
+    return Outcome(task=task, result=RunResult(spec=task.spec, status="FAILED", error=error), attempts=attempts)

@@ -1,0 +1,132 @@
+"""The study commands of `wdrbo-dist`: run, status, submit (loaded by cli.build_parser)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from wdrbo_dist.cli import UsageError
+
+BACKEND_CHOICES = ("serial", "local", "ray")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run a study (resumes: finished runs are skipped)")
+    p.add_argument("config", help="a study YAML file, e.g. configs/quick.yaml")
+    p.add_argument("--backend", help="serial | local | ray (default: the config's)")
+    p.add_argument("--workers", type=int, help="runs in parallel (default: the config's)")
+    p.add_argument("--address", help="ray only: `auto`, HOST:PORT or ray://HOST:10001 to join a cluster")
+    p.add_argument("--force", action="store_true", help="re-run every run, finished ones included")
+    p.add_argument("--rerun-failed", action="store_true", help="re-run the runs that failed before")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=cmd_run)
+
+    p = sub.add_parser("status", help="a done / failed / missing matrix of a study")
+    p.add_argument("config")
+    p.set_defaults(handler=cmd_status)
+
+    p = sub.add_parser("submit", help="submit a study to a Ray cluster through the Ray Jobs API")
+    p.add_argument("config")
+    p.add_argument("--address", required=True, help="the Jobs API of the head node, http://HEAD:8265")
+    p.add_argument("--workers", type=int, help="runs in flight on the cluster (default: the config's)")
+    p.add_argument("--working-dir", default=".", help="the folder uploaded with the job (default: .)")
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--rerun-failed", action="store_true")
+    p.add_argument("--no-wait", action="store_true", help="return after submitting, do not follow the logs")
+    p.set_defaults(handler=cmd_submit)
+
+
+def _load(path: str, validate_runs: bool = True):
+    from wdrbo_dist.config import ConfigError, load_study_config
+
+    try:
+        return load_study_config(path, validate_runs=validate_runs)
+    except ConfigError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.backend is not None and args.backend not in BACKEND_CHOICES:
+        raise UsageError(f"--backend must be one of {', '.join(BACKEND_CHOICES)}, got {args.backend!r}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be an integer >= 1, got {args.workers}")
+    study = _load(args.config)
+    backend = args.backend or study.backend
+    if args.address and backend != "ray":
+        raise UsageError(f"--address applies to the ray backend only (backend is {backend}); add --backend ray")
+    from wdrbo_dist.study import run_study
+    from wdrbo_dist.tracking import TrackingError
+
+    try:
+        report = run_study(
+            study, backend=backend, workers=args.workers, address=args.address,
+            force=args.force, rerun_failed=args.rerun_failed, progress=not args.quiet,
+        )
+    except TrackingError as exc:
+        raise UsageError(str(exc)) from None
+    for line in report.lines():
+        print(line, flush=True)
+    return report.exit_code
+
+
+def status_matrix(study) -> list[str]:
+    """Rows problem x columns algorithm, each cell `done/failed/missing` over the seeds."""
+    from wdrbo_dist.store import ResultStore
+
+    store = ResultStore(study.output_dir)
+    finished, failed = store.finished_keys(), store.failed_keys()
+    cells: dict[tuple[str, str], list[int]] = {}
+    for spec in study.runs:
+        cell = cells.setdefault((spec.problem, spec.algorithm), [0, 0, 0])
+        cell[0 if spec.run_key in finished else 1 if spec.run_key in failed else 2] += 1
+    width = max(len(p) for p in study.problems) + 2
+    col = max(9, *(len(a) + 2 for a in study.algorithms))
+    lines = [
+        f"study {study.name} ({study.fidelity}, {len(study.seeds)} seeds, {study.evaluations} evaluations) "
+        f"in {study.output_dir}",
+        "cells: done/failed/missing over seeds",
+        "".ljust(width) + "".join(a.ljust(col) for a in study.algorithms),
+    ]
+    for problem in study.problems:
+        row = problem.ljust(width)
+        for algorithm in study.algorithms:
+            d, f, m = cells[(problem, algorithm)]
+            row += f"{d}/{f}/{m}".ljust(col)
+        lines.append(row.rstrip())
+    totals = [sum(c[i] for c in cells.values()) for i in range(3)]
+    lines.append(f"total: {totals[0]} done, {totals[1]} failed, {totals[2]} missing of {len(study.runs)}")
+    return lines
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    study = _load(args.config, validate_runs=False)
+    for line in status_matrix(study):
+        print(line)
+    return 0
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    if not args.address.startswith(("http://", "https://")):
+        raise UsageError(f"--address must be the Jobs API URL http(s)://HEAD:8265, got {args.address!r}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be an integer >= 1, got {args.workers}")
+    study = _load(args.config)  # validated here, before anything is uploaded
+    for field, value in (("output_dir", study.raw.get("output_dir")), ("tracking_uri", study.raw.get("tracking_uri"))):
+        if value is None or (isinstance(value, str) and not (value.startswith(("/", "http", "sqlite:////")) or value == "none")):
+            print(f"note: {field} is relative; on the cluster it resolves inside the job's temporary working dir",
+                  file=sys.stderr)
+    from wdrbo_dist.backends.jobs import SubmitError, submit_study
+
+    extra = (["--force"] if args.force else []) + (["--rerun-failed"] if args.rerun_failed else []) + ["--quiet"]
+    try:
+        job_id, status = submit_study(
+            Path(args.config), args.address, study.name, Path(args.working_dir),
+            workers=args.workers, extra_args=extra, wait=not args.no_wait,
+        )
+    except SubmitError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"job {job_id}: {status}")
+    if args.no_wait:
+        return 0
+    return 0 if status == "SUCCEEDED" else 1

@@ -1,0 +1,411 @@
+"""Study files: YAML -> a validated `StudySpec` -> the list of `RunSpec`.
+
+Everything a study needs is checked here, before any work starts, so that a typo costs one
+line of output instead of an hour of runs. Each error is a `ConfigError` whose message is one
+line naming the field (`algorithms[1].options.beta`) and the values it allows.
+
+A study file (every key but `name`, `problems`, `algorithms` and `seeds` is optional):
+
+    name: quick                       # [A-Za-z0-9_.-]+, the MLflow experiment name
+    fidelity: paper                   # paper | reference (one per study)
+    problems: [three-hump-camel, newsvendor]
+    algorithms:
+      - erbo                          # a bare name: no options, 1 CPU
+      - name: wdrbo
+        options: {beta: 1.5}          # the algorithm's options / fidelity switches
+        resources: {num_cpus: 1, num_gpus: 0}
+    seeds: [100, 101, 102]            # or {start: 100, count: 15}
+    evaluations: 100                  # total, initial design included
+    init_size: 5
+    backend: local                    # serial | local | ray
+    workers: 2
+    tracking_uri: sqlite:///mlflow.db # sqlite:///PATH | http(s)://HOST:PORT | none
+    output_dir: results/quick
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from wdrbo_dist.run import OptionValue, RunSpec
+
+FIDELITIES = ("paper", "reference")
+BACKENDS = ("serial", "local", "ray")
+TOP_LEVEL_KEYS = (
+    "name", "description", "fidelity", "problems", "algorithms", "seeds", "evaluations",
+    "init_size", "backend", "workers", "tracking_uri", "output_dir",
+)
+REQUIRED_KEYS = ("name", "problems", "algorithms", "seeds")
+ALGORITHM_KEYS = ("name", "options", "resources")
+RESOURCE_KEYS = ("num_cpus", "num_gpus")
+SEED_KEYS = ("start", "count")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+NO_TRACKING = "none"
+
+
+class ConfigError(ValueError):
+    """A bad study file; the message is one line naming the field and its allowed values."""
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one run of an algorithm asks the scheduler for (Ray task options)."""
+
+    num_cpus: float = 1.0
+    num_gpus: float = 0.0
+
+    @property
+    def threads(self) -> int:
+        """Torch / OpenMP threads for a run: its whole CPUs, at least one."""
+        return max(1, int(self.num_cpus))
+
+
+@dataclass(frozen=True)
+class AlgorithmSettings:
+    """One algorithm of a study: its options and resources."""
+
+    name: str
+    options: dict[str, OptionValue] = field(default_factory=dict)
+    resources: Resources = Resources()
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A validated study: what to run (problems x algorithms x seeds) and where to put it."""
+
+    name: str
+    fidelity: str
+    problems: list[str]
+    algorithm_settings: list[AlgorithmSettings]
+    seeds: list[int]
+    evaluations: int = 100
+    init_size: int = 5
+    backend: str = "local"
+    workers: int = 2
+    tracking_uri: str = DEFAULT_TRACKING_URI
+    output_dir: Path = Path("results")
+    description: str = ""
+    source: Path | None = None  # the YAML file it came from
+    raw: dict[str, Any] = field(default_factory=dict)  # the parsed YAML (logged to MLflow)
+
+    @property
+    def algorithms(self) -> list[str]:
+        return [a.name for a in self.algorithm_settings]
+
+    @property
+    def tracking_enabled(self) -> bool:
+        return self.tracking_uri != NO_TRACKING
+
+    def settings(self, algorithm: str) -> AlgorithmSettings:
+        for entry in self.algorithm_settings:
+            if entry.name == algorithm:
+                return entry
+        raise KeyError(algorithm)
+
+    def resources(self, algorithm: str) -> Resources:
+        return self.settings(algorithm).resources
+
+    @property
+    def runs(self) -> list[RunSpec]:
+        """Every run of the study, problem-major, then algorithm, then seed."""
+        return [
+            RunSpec.make(
+                options=entry.options,
+                algorithm=entry.name,
+                problem=problem,
+                seed=seed,
+                evaluations=self.evaluations,
+                init_size=self.init_size,
+                fidelity=self.fidelity,
+                device="cuda" if entry.resources.num_gpus > 0 else "cpu",
+                study=self.name,
+            )
+            for problem in self.problems
+            for entry in self.algorithm_settings
+            for seed in self.seeds
+        ]
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def load_study_config(path: str | os.PathLike[str], validate_runs: bool = True) -> StudySpec:
+    """Read and validate a study file; relative paths resolve against the working folder."""
+    source = Path(path)
+    try:
+        text = source.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {str(source)!r}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"config: not valid YAML{where}: {problem}") from None
+    return parse_study_config(data, source=source, validate_runs=validate_runs)
+
+
+def parse_study_config(
+    data: Any, source: Path | None = None, validate_runs: bool = True
+) -> StudySpec:
+    """Validate an already-parsed study mapping (see the module docstring for its keys)."""
+    from wdrbo_dist.algorithms import ALGORITHMS
+    from wdrbo_dist.problems import PROBLEMS
+
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"config: must be a mapping with keys {', '.join(TOP_LEVEL_KEYS)}; got {_kind(data)}"
+        )
+    _check_keys("config", data, TOP_LEVEL_KEYS)
+    for key in REQUIRED_KEYS:
+        if key not in data:
+            raise ConfigError(f"{key}: required field missing")
+
+    name = _string("name", data["name"])
+    if not NAME_PATTERN.match(name):
+        raise ConfigError(f"name: must match [A-Za-z0-9_.-]+, got {name!r}")
+    description = _string("description", data.get("description", ""), allow_empty=True)
+    fidelity = _choice("fidelity", data.get("fidelity", "paper"), FIDELITIES)
+    problems = _name_list("problems", data["problems"], tuple(PROBLEMS))
+    algorithms = _algorithms(data["algorithms"], ALGORITHMS, fidelity)
+    seeds = _seeds(data["seeds"])
+    evaluations = _integer("evaluations", data.get("evaluations", 100), minimum=2)
+    init_size = _integer("init_size", data.get("init_size", 5), minimum=1)
+    if init_size >= evaluations:
+        raise ConfigError(
+            f"init_size: must be smaller than evaluations ({evaluations}), got {init_size}"
+        )
+    backend = _choice("backend", data.get("backend", "local"), BACKENDS)
+    workers = _integer("workers", data.get("workers", 2), minimum=1)
+    tracking_uri = _tracking_uri(data.get("tracking_uri", DEFAULT_TRACKING_URI))
+    output_dir = _path("output_dir", data.get("output_dir", f"results/{name}"))
+
+    study = StudySpec(
+        name=name,
+        fidelity=fidelity,
+        problems=problems,
+        algorithm_settings=algorithms,
+        seeds=seeds,
+        evaluations=evaluations,
+        init_size=init_size,
+        backend=backend,
+        workers=workers,
+        tracking_uri=tracking_uri,
+        output_dir=output_dir,
+        description=description,
+        source=source.resolve() if source else None,
+        raw=dict(data),
+    )
+    if validate_runs:
+        _validate_runs(study)
+    return study
+
+
+def _validate_runs(study: StudySpec) -> None:
+    """Let the run loop judge every combination (option values, problem x algorithm fit).
+
+    The check runs on the CPU device: a GPU requested in `resources` lives on a cluster node,
+    not necessarily on the machine that validates, and the device is not part of the records.
+    """
+    from wdrbo_dist.run import validate_spec
+
+    checked: set[tuple[str, str]] = set()
+    for spec in study.runs:
+        pair = (spec.problem, spec.algorithm)
+        if pair in checked:
+            continue
+        checked.add(pair)
+        try:
+            validate_spec(dataclasses.replace(spec, device="cpu"))
+        except ValueError as exc:
+            index = study.algorithms.index(spec.algorithm)
+            message = " ".join(str(exc).split())
+            raise ConfigError(
+                f"algorithms[{index}] ({spec.algorithm}) on problem {spec.problem}: {message}"
+            ) from None
+
+
+# --- field validators ---------------------------------------------------------------------------
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
+
+
+def _check_keys(where: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in data:
+        if key not in allowed:
+            raise ConfigError(f"{where}: unknown key {key!r}; allowed keys: {', '.join(allowed)}")
+
+
+def _string(name: str, value: Any, allow_empty: bool = False) -> str:
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        raise ConfigError(f"{name}: must be a non-empty string, got {_kind(value)}")
+    return value.strip()
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ConfigError(f"{name}: must be one of {', '.join(allowed)}; got {value!r}")
+    return value
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name}: must be an integer >= {minimum}, got {_kind(value)}")
+    return value
+
+
+def _number(name: str, value: Any, minimum: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{name}: must be a number >= {minimum:g}, got {_kind(value)}")
+    if not math.isfinite(value) or value < minimum:
+        raise ConfigError(f"{name}: must be a number >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def _name_list(name: str, value: Any, allowed: tuple[str, ...]) -> list[str]:
+    if not isinstance(value, list) or not value:
+        raise ConfigError(f"{name}: must be a non-empty list of {', '.join(allowed)}")
+    seen: list[str] = []
+    for i, item in enumerate(value):
+        if item not in allowed:
+            raise ConfigError(f"{name}[{i}]: unknown {item!r}; allowed: {', '.join(allowed)}")
+        if item in seen:
+            raise ConfigError(f"{name}[{i}]: {item!r} is listed twice; each may appear once")
+        seen.append(item)
+    return seen
+
+
+def _seeds(value: Any) -> list[int]:
+    if isinstance(value, Mapping):
+        _check_keys("seeds", value, SEED_KEYS)
+        if set(value) != set(SEED_KEYS):
+            raise ConfigError("seeds: a mapping needs both start and count, e.g. {start: 100, count: 15}")
+        start = _integer("seeds.start", value["start"], minimum=0)
+        count = _integer("seeds.count", value["count"], minimum=1)
+        return list(range(start, start + count))
+    if not isinstance(value, list) or not value:
+        raise ConfigError("seeds: must be a non-empty list of integers >= 0 or {start: S, count: N}")
+    seeds = [_integer(f"seeds[{i}]", s, minimum=0) for i, s in enumerate(value)]
+    for i, s in enumerate(seeds):
+        if s in seeds[:i]:
+            raise ConfigError(f"seeds[{i}]: seed {s} is listed twice; each may appear once")
+    return seeds
+
+
+def _algorithms(value: Any, registry: Mapping[str, Any], fidelity: str) -> list[AlgorithmSettings]:
+    allowed = tuple(registry)
+    if not isinstance(value, list) or not value:
+        raise ConfigError(
+            "algorithms: must be a non-empty list of names or {name, options, resources}; "
+            f"names: {', '.join(allowed)}"
+        )
+    result: list[AlgorithmSettings] = []
+    for i, item in enumerate(value):
+        where = f"algorithms[{i}]"
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{where}: must be a name or a mapping with keys {', '.join(ALGORITHM_KEYS)}")
+        _check_keys(where, item, ALGORITHM_KEYS)
+        if "name" not in item:
+            raise ConfigError(f"{where}.name: required field missing; allowed: {', '.join(allowed)}")
+        algo = item["name"]
+        if algo not in registry:
+            raise ConfigError(f"{where}.name: unknown algorithm {algo!r}; allowed: {', '.join(allowed)}")
+        if algo in [a.name for a in result]:
+            raise ConfigError(f"{where}.name: {algo!r} is listed twice; each algorithm may appear once")
+        options = _options(f"{where}.options", item.get("options") or {}, registry[algo], fidelity)
+        resources = _resources(f"{where}.resources", item.get("resources") or {})
+        result.append(AlgorithmSettings(name=algo, options=options, resources=resources))
+    return result
+
+
+def _options(where: str, value: Any, entry: Any, fidelity: str) -> dict[str, OptionValue]:
+    defaults = entry.option_defaults()
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: must be a mapping of option: value; options: {', '.join(defaults) or 'none'}")
+    column = FIDELITIES.index(fidelity)
+    options: dict[str, OptionValue] = {}
+    for key, given in value.items():
+        if key not in defaults:
+            raise ConfigError(
+                f"{where}: unknown option {key!r}; allowed: {', '.join(defaults) or 'none (this algorithm has no options)'}"
+            )
+        default = defaults[key][column]
+        options[key] = _option_value(f"{where}.{key}", given, default)
+    return options
+
+
+def _option_value(where: str, value: Any, default: Any) -> OptionValue:
+    """Check an option against the type of its default (bool, int, float or string)."""
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: must be true or false, got {_kind(value)}")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: must be an integer, got {_kind(value)}")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{where}: must be a finite number, got {_kind(value)}")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: must be a string, got {_kind(value)}")
+        return value
+    if default is None and isinstance(value, (bool, int, float, str)):
+        return value  # an option without a default: the run loop judges it
+    raise ConfigError(f"{where}: must be a boolean, number or string, got {_kind(value)}")
+
+
+def _resources(where: str, value: Any) -> Resources:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: must be a mapping with keys {', '.join(RESOURCE_KEYS)}")
+    _check_keys(where, value, RESOURCE_KEYS)
+    num_cpus = _number(f"{where}.num_cpus", value.get("num_cpus", 1), minimum=0)
+    num_gpus = _number(f"{where}.num_gpus", value.get("num_gpus", 0), minimum=0)
+    if num_cpus == 0 and num_gpus == 0:
+        raise ConfigError(f"{where}: num_cpus and num_gpus cannot both be 0 (a run needs somewhere to run)")
+    return Resources(num_cpus=num_cpus, num_gpus=num_gpus)
+
+
+def _tracking_uri(value: Any) -> str:
+    allowed = "sqlite:///PATH, http://HOST:PORT, https://HOST:PORT or none"
+    if value is None or value is False:
+        return NO_TRACKING
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"tracking_uri: must be one of {allowed}; got {_kind(value)}")
+    uri = value.strip()
+    if uri.lower() == NO_TRACKING:
+        return NO_TRACKING
+    if uri.startswith("sqlite:///"):
+        db_path = uri[len("sqlite:///"):]
+        if not db_path or db_path.endswith("/"):
+            raise ConfigError(f"tracking_uri: a sqlite URI must name a file, e.g. sqlite:///mlflow.db; got {uri!r}")
+        # Resolved once, here, so that workers and later commands find the same store.
+        return "sqlite:///" + str(Path(db_path).expanduser().resolve())
+    if re.match(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$", uri):
+        return uri.rstrip("/")
+    raise ConfigError(f"tracking_uri: must be one of {allowed}; got {uri!r}")
+
+
+def _path(name: str, value: Any) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{name}: must be a folder path (a non-empty string), got {_kind(value)}")
+    return Path(value.strip()).expanduser().resolve()

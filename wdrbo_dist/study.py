@@ -1,0 +1,266 @@
+"""The study driver: validate -> plan -> skip finished -> map -> store -> track -> summary.
+
+Only the driver decides what is finished: a result becomes finished when the store has made
+its parquet durable, and only then does the tracker mark its MLflow run FINISHED. A driver
+that dies leaves every finished run on disk; the same command then runs only what is missing
+(and first logs to MLflow any finished run it had not yet logged).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from wdrbo_dist.backends import map_tasks
+from wdrbo_dist.backends.task import Outcome, Task
+from wdrbo_dist.config import StudySpec
+from wdrbo_dist.run import RunResult, RunSpec
+from wdrbo_dist.store import ResultStore, write_json_atomic
+from wdrbo_dist.tracking import StudyTracker, check_tracking_uri
+
+Echo = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def relative_cost(algorithm: str) -> float:
+    """Expected run time relative to ERBO, from the algorithm registry (1 if unknown)."""
+    try:
+        from wdrbo_dist.algorithms import ALGORITHMS
+
+        return float(getattr(ALGORITHMS[algorithm], "relative_cost", 1.0))
+    except Exception:  # noqa: BLE001 - a guess is fine for scheduling
+        return 1.0
+
+
+def expected_cost(spec: RunSpec) -> float:
+    """A relative estimate of a run's time: BO steps times the algorithm's relative cost."""
+    return relative_cost(spec.algorithm) * max(1, spec.evaluations - spec.init_size)
+
+
+@dataclass
+class Plan:
+    """Which runs of a study to start now, and which are already settled."""
+
+    runs: list[RunSpec]
+    todo: list[RunSpec]
+    finished: list[RunSpec]  # skipped: already finished
+    failed: list[RunSpec]  # skipped: failed before (re-run with --rerun-failed)
+
+
+def plan_study(study: StudySpec, store: ResultStore, force: bool = False, rerun_failed: bool = False) -> Plan:
+    runs = study.runs
+    finished_keys = store.finished_keys()
+    failed_keys = store.failed_keys()
+    finished = [] if force else [r for r in runs if r.run_key in finished_keys]
+    failed = [] if force or rerun_failed else [r for r in runs if r.run_key in failed_keys]
+    settled = {r.run_key for r in finished + failed}
+    todo = [r for r in runs if r.run_key not in settled]
+    return Plan(runs=runs, todo=todo, finished=finished, failed=failed)
+
+
+def make_tasks(study: StudySpec, specs: Sequence[RunSpec], tracker: StudyTracker | None) -> list[Task]:
+    """Tasks in start order: the longest expected first (ties keep the study's order)."""
+    context = tracker.worker_context() if tracker else None
+    tasks = []
+    for spec in specs:
+        resources = study.resources(spec.algorithm)
+        tasks.append(Task(
+            spec=spec, threads=resources.threads, num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
+            expected_cost=expected_cost(spec), tracking=context,
+        ))
+    return sorted(tasks, key=lambda t: -t.expected_cost)
+
+
+class Progress:
+    """done / failed / remaining and an ETA weighted by expected cost (longest runs go first,
+    so a count-based rate would be pessimistic early on)."""
+
+    def __init__(self, tasks: Sequence[Task], enabled: bool, echo: Echo) -> None:
+        self.total = len(tasks)
+        self.total_cost = sum(t.expected_cost for t in tasks) or 1.0
+        self.done = self.failed = 0
+        self.cost_done = 0.0
+        self.start = time.monotonic()
+        self.echo = echo
+        self.bar = None
+        if enabled and self.total and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=round(self.total_cost, 3), unit="", bar_format=(
+                "{l_bar}{bar}| [{elapsed}<{remaining}] {postfix}"), desc="study", leave=True)
+            self._postfix()
+        self.lines = enabled and self.bar is None
+
+    def _postfix(self) -> None:
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"done {self.done} failed {self.failed} remaining {self.remaining}")
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.done - self.failed
+
+    def eta_s(self) -> float:
+        elapsed = time.monotonic() - self.start
+        if self.cost_done <= 0:
+            return float("nan")
+        return elapsed * (self.total_cost - self.cost_done) / self.cost_done
+
+    def update(self, outcome: Outcome) -> None:
+        if outcome.result.ok:
+            self.done += 1
+        else:
+            self.failed += 1
+        self.cost_done += outcome.task.expected_cost
+        if self.bar is not None:
+            self.bar.update(outcome.task.expected_cost)
+            self._postfix()
+        elif self.lines:
+            eta = self.eta_s()
+            eta_text = "?" if eta != eta else f"{eta:.0f} s"
+            self.echo(
+                f"[{self.done + self.failed}/{self.total}] {outcome.result.status.lower()} "
+                f"{outcome.task.spec.label} in {outcome.result.wall_time_s:.1f} s "
+                f"(done {self.done}, failed {self.failed}, remaining {self.remaining}, ETA {eta_text})"
+            )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+@dataclass
+class StudyReport:
+    """What a `run` did, for the end-of-study summary and the exit code."""
+
+    study: StudySpec
+    plan: Plan
+    finished: list[RunResult] = field(default_factory=list)
+    failed: list[RunResult] = field(default_factory=list)
+    interrupted: bool = False
+    wall_time_s: float = 0.0
+    tracking_warnings: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return 1 if self.failed or self.plan.failed else 0
+
+    def lines(self) -> list[str]:
+        p = self.plan
+        out = [
+            f"study {self.study.name}: {len(p.runs)} runs; this command: {len(self.finished)} finished, "
+            f"{len(self.failed)} failed, {len(p.finished)} skipped (already finished), "
+            f"{len(p.failed)} skipped (failed before) in {self.wall_time_s:.1f} s",
+        ]
+        if self.interrupted:
+            missing = len(p.todo) - len(self.finished) - len(self.failed)
+            out.append(f"interrupted: {missing} runs not done; run the same command again to finish them")
+        for result in self.failed:
+            last = (result.error or "").strip().splitlines()[-1:] or ["(no traceback)"]
+            out.append(f"FAILED {result.spec.label} [{result.spec.run_key}]: {last[0][:200]}")
+        for spec in p.failed:
+            out.append(f"FAILED before {spec.label} [{spec.run_key}] (re-run with --rerun-failed)")
+        if self.failed or p.failed:
+            out.append(f"tracebacks: {self.study.output_dir / 'failed'}/<run_key>.json")
+        out.extend(f"warning: {w}" for w in self.tracking_warnings[:5])
+        return out
+
+
+def run_study(
+    study: StudySpec,
+    backend: str | None = None,
+    workers: int | None = None,
+    address: str | None = None,
+    force: bool = False,
+    rerun_failed: bool = False,
+    progress: bool = True,
+    echo: Echo = _stderr,
+) -> StudyReport:
+    """Run what is missing of `study`; see the module docstring for the guarantees."""
+    backend = backend or study.backend
+    workers = workers or study.workers
+    started = time.monotonic()
+    tracker = None
+    if study.tracking_enabled:
+        check_tracking_uri(study.tracking_uri)  # before any run: fail fast
+        tracker = StudyTracker(study.tracking_uri, study.name)
+    store = ResultStore(study.output_dir)
+    plan = plan_study(study, store, force=force, rerun_failed=rerun_failed)
+    report = StudyReport(study=study, plan=plan)
+    _write_study_file(study)
+    if tracker is not None:
+        tracker.start(study, _config_text(study), {"backend": backend, "workers": workers})
+        logged, killed = tracker.reconcile(store, [r.run_key for r in plan.runs])
+        if logged or killed:
+            echo(f"mlflow: logged {logged} finished runs from the store, marked {killed} orphan runs KILLED")
+
+    tasks = make_tasks(study, plan.todo, tracker)
+    echo(
+        f"study {study.name}: {len(plan.runs)} runs, {len(plan.finished)} already finished, "
+        f"{len(plan.failed)} failed before, {len(tasks)} to run on {backend} with {workers} workers"
+    )
+    bar = Progress(tasks, progress, echo)
+    outcomes = map_tasks(tasks, backend, workers, address) if tasks else iter(())
+    try:
+        for outcome in outcomes:
+            _settle(outcome, store, tracker, report)
+            bar.update(outcome)
+    except KeyboardInterrupt:
+        report.interrupted = True
+    finally:
+        close = getattr(outcomes, "close", None)
+        if close is not None:
+            close()  # cancels what is still running
+        bar.close()
+    report.wall_time_s = time.monotonic() - started
+    if tracker is not None:
+        try:
+            tracker.reconcile(store, [r.run_key for r in plan.runs])
+            status = "KILLED" if report.interrupted else ("FAILED" if report.exit_code else "FINISHED")
+            tracker.end(status, {
+                "runs_finished_total": float(len(store.finished_keys() & {r.run_key for r in plan.runs})),
+                "runs_failed_now": float(len(report.failed)),
+                "study_wall_time_s": report.wall_time_s,
+            })
+        except Exception as exc:  # noqa: BLE001 - the store holds everything; next run catches up
+            report.tracking_warnings.append(f"mlflow: {type(exc).__name__}: {exc}")
+    return report
+
+
+def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, report: StudyReport) -> None:
+    """Store first (durable), then tell the tracker; a tracker failure never loses a result."""
+    result = outcome.result
+    store.save(result)
+    (report.finished if result.ok else report.failed).append(result)
+    if tracker is None:
+        return
+    if outcome.tracking_error:
+        report.tracking_warnings.append(f"{result.spec.label}: worker could not log to mlflow; the driver did")
+    try:
+        records_file = store.records_path(result.spec.run_key) if result.ok else None
+        tracker.record(result, outcome.child_run_id, records_file)
+    except Exception as exc:  # noqa: BLE001 - logged at the next start by reconcile()
+        report.tracking_warnings.append(f"{result.spec.label}: mlflow: {type(exc).__name__}: {exc}")
+
+
+def _config_text(study: StudySpec) -> str:
+    import yaml
+
+    if study.source is not None and study.source.is_file():
+        return study.source.read_text()
+    return yaml.safe_dump(study.raw, sort_keys=False)
+
+
+def _write_study_file(study: StudySpec) -> None:
+    """The study's config beside its runs, so the output folder explains itself."""
+    write_json_atomic(
+        {"name": study.name, "config": study.raw, "source": str(study.source or ""),
+         "run_keys": [r.run_key for r in study.runs]},
+        study.output_dir / "study.json",
+    )

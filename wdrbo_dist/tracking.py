@@ -1,0 +1,356 @@
+"""MLflow tracking: one experiment per study, a parent run holding the config, a child run per run.
+
+The store (parquet) is the canonical data; MLflow is a view of it that the driver keeps in
+step. Two modes, chosen from the URI:
+
+- `driver` (sqlite:///...): only the driver talks to the database (sqlite does not like
+  concurrent writers, and cluster nodes cannot see the file). It logs each child run after
+  the run's parquet is durable.
+- `worker` (http(s)://, a real `mlflow server`): each worker logs its own child run right after
+  `run_one` returns and leaves it RUNNING; the driver marks it FINISHED (or FAILED) once the
+  parquet is durable. A worker killed while logging leaves a RUNNING orphan that the driver
+  marks KILLED, so every run is FINISHED exactly once.
+
+On every start the driver reconciles: each finished run of the store without a FINISHED child
+run is logged from the store (a driver killed between store and tracker loses nothing).
+
+Child runs are named `problem|algorithm|s<seed>` and tagged `role=run`, `run_key`, `study`,
+`problem`, `algorithm`, `seed`, `fidelity`, `evaluations`, `init_size`, `version`, `host`.
+Params: the algorithm's effective options (defaults of the fidelity merged with the study's).
+Per-step metrics (step = evaluation index): regret, cumulative_regret, regret_reference,
+cumulative_regret_reference, best_y, time_step_s, time_fit_s, time_acquisition_s.
+Run metrics: final_cumulative_regret, final_cumulative_regret_reference, final_regret,
+final_best_y, wall_time_s, total_time_fit_s, total_time_acquisition_s, total_time_truth_s,
+total_inner_solve_s, total_inner_solves, total_inner_failures. Artifacts: records.parquet (or
+traceback.txt for a failed run).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wdrbo_dist import __version__
+from wdrbo_dist.run import RunResult, RunSpec
+
+if TYPE_CHECKING:
+    from mlflow.tracking import MlflowClient
+
+    from wdrbo_dist.config import StudySpec
+    from wdrbo_dist.store import ResultStore
+
+STEP_METRICS = (
+    "regret", "cumulative_regret", "regret_reference", "cumulative_regret_reference", "best_y",
+    "time_step_s", "time_fit_s", "time_acquisition_s",
+)
+BATCH = 1000  # MLflow's limit of entities per log_batch call
+FINISHED, FAILED, RUNNING, KILLED = "FINISHED", "FAILED", "RUNNING", "KILLED"
+
+
+class TrackingError(RuntimeError):
+    """The tracking store cannot be used; the message says which URI and why, in one line."""
+
+
+def tracking_mode(uri: str) -> str:
+    """`worker` for a tracking server workers can reach, `driver` for a local sqlite file."""
+    return "worker" if uri.startswith(("http://", "https://")) else "driver"
+
+
+def _client(uri: str) -> "MlflowClient":
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, before any run, when the store cannot be reached; create a sqlite db.
+
+    Creating the sqlite database here, in the driver, runs MLflow's schema migrations once
+    instead of racing them from several processes.
+    """
+    if uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///"):])
+        try:
+            db.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TrackingError(f"tracking_uri {uri}: cannot create folder {db.parent}: {exc.strerror}") from None
+        if not os.access(db.parent, os.W_OK):
+            raise TrackingError(f"tracking_uri {uri}: folder {db.parent} is not writable")
+        try:
+            _client(uri).search_experiments(max_results=1)
+        except Exception as exc:  # noqa: BLE001 - any failure here means "unusable store"
+            raise TrackingError(f"tracking_uri {uri}: cannot open the sqlite store: {_one_line(exc)}") from None
+        return
+    if uri.startswith(("http://", "https://")):
+        import requests
+
+        try:
+            response = requests.get(f"{uri}/health", timeout=timeout_s)
+        except requests.RequestException as exc:
+            raise TrackingError(
+                f"tracking_uri {uri}: no MLflow server answers ({type(exc).__name__}); "
+                "start one with `mlflow server --host HOST --port PORT` or use tracking_uri: none"
+            ) from None
+        if response.status_code != 200:
+            raise TrackingError(
+                f"tracking_uri {uri}: /health answered HTTP {response.status_code}, not an MLflow server?"
+            )
+        return
+    raise TrackingError(f"tracking_uri {uri}: unsupported; use sqlite:///PATH or http(s)://HOST:PORT")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+# --- what a child run holds ------------------------------------------------------------------------
+
+
+def effective_options(spec: RunSpec) -> dict[str, Any]:
+    """The options a run used: the algorithm's defaults for the fidelity, then the study's."""
+    merged: dict[str, Any] = {}
+    try:
+        from wdrbo_dist.algorithms import ALGORITHMS
+
+        column = 0 if spec.fidelity == "paper" else 1
+        for key, defaults in ALGORITHMS[spec.algorithm].option_defaults().items():
+            merged[key] = defaults[column]
+    except Exception:  # noqa: BLE001 - an unknown algorithm still logs its explicit options
+        pass
+    merged.update(spec.options_dict)
+    return merged
+
+
+def run_tags(spec: RunSpec, parent_run_id: str | None, result: RunResult | None = None) -> dict[str, str]:
+    tags = {
+        "role": "run",
+        "run_key": spec.run_key,
+        "study": spec.study,
+        "problem": spec.problem,
+        "algorithm": spec.algorithm,
+        "seed": str(spec.seed),
+        "fidelity": spec.fidelity,
+        "evaluations": str(spec.evaluations),
+        "init_size": str(spec.init_size),
+        "device": spec.device,
+        "version": __version__,
+        "mlflow.runName": spec.label,
+    }
+    if parent_run_id:
+        tags["mlflow.parentRunId"] = parent_run_id
+    if result is not None:
+        tags["host"] = result.host
+    return tags
+
+
+def run_metrics(result: RunResult) -> list[tuple[str, float, int]]:
+    """(key, value, step) of every per-step and run-level metric of a result."""
+    out: list[tuple[str, float, int]] = []
+    records = result.records
+    if records is not None and not records.empty:
+        steps = records["step"].astype(int).tolist()
+        for column in STEP_METRICS:
+            if column in records:
+                out.extend((column, float(v), s) for v, s in zip(records[column].tolist(), steps))
+    for key, value in result.summary().items():
+        if key == "best_y":
+            key = "final_best_y"
+        elif key.startswith(("time_", "inner_")):
+            key = f"total_{key}"
+        out.append((key, float(value), 0))
+    # MLflow stores NaN but not +-inf in every backend; keep the finite ones and NaN.
+    return [(k, v, s) for k, v, s in out if math.isnan(v) or math.isfinite(v)]
+
+
+def _chunks(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def log_child_run(
+    client: "MlflowClient",
+    experiment_id: str,
+    parent_run_id: str | None,
+    result: RunResult,
+    records_file: Path | None = None,
+) -> str:
+    """Create the child run of `result`, log everything but its end; returns its run id.
+
+    `records_file` is the parquet to attach; without it a temporary copy is written.
+    The run is left RUNNING: `finish_child_run` ends it once the store holds the result.
+    """
+    from mlflow.entities import Metric, Param, RunTag
+
+    spec = result.spec
+    tags = run_tags(spec, parent_run_id, result)
+    run = client.create_run(
+        experiment_id,
+        start_time=int((result.started_at or time.time()) * 1000),
+        tags=tags,
+        run_name=spec.label,
+    )
+    run_id = run.info.run_id
+    params = [Param(str(k), str(v)) for k, v in sorted(effective_options(spec).items())]
+    params += [Param("evaluations", str(spec.evaluations)), Param("init_size", str(spec.init_size)),
+               Param("fidelity", spec.fidelity)]
+    now = int(time.time() * 1000)
+    metrics = [Metric(k, v, now, s) for k, v, s in run_metrics(result)]
+    for chunk in _chunks(params, 100):
+        client.log_batch(run_id, params=chunk)
+    for chunk in _chunks(metrics, BATCH):
+        client.log_batch(run_id, metrics=chunk)
+    if result.ok and result.records is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "records.parquet"  # the same artifact name for every run
+            if records_file is not None:
+                path.symlink_to(Path(records_file).resolve())
+            else:
+                result.records.to_parquet(path, index=False)
+            client.log_artifact(run_id, str(path))
+    if result.error:
+        client.set_tag(run_id, "error", result.error.strip().splitlines()[-1][:500])
+        client.log_text(run_id, result.error, "traceback.txt")
+    return run_id
+
+
+def finish_child_run(client: "MlflowClient", run_id: str, result: RunResult) -> None:
+    client.set_terminated(run_id, status=FINISHED if result.ok else FAILED)
+
+
+@dataclass(frozen=True)
+class WorkerTracking:
+    """What a worker needs to log its own child run (worker mode): plain, picklable values."""
+
+    uri: str
+    experiment_id: str
+    parent_run_id: str
+
+    def log(self, result: RunResult) -> str:
+        return log_child_run(_client(self.uri), self.experiment_id, self.parent_run_id, result)
+
+
+# --- the driver's side ------------------------------------------------------------------------------
+
+
+class StudyTracker:
+    """The driver's MLflow view of one study: experiment, parent run, child runs."""
+
+    def __init__(self, uri: str, study_name: str) -> None:
+        self.uri = uri
+        self.study_name = study_name
+        self.mode = tracking_mode(uri)
+        self.client = _client(uri)
+        self.experiment_id = ""
+        self.parent_run_id = ""
+
+    # --- study ---------------------------------------------------------------------------------
+    def start(self, study: "StudySpec", config_text: str, extra_params: dict[str, str] | None = None) -> None:
+        """Get or create the experiment and the parent run (reused when resuming)."""
+        self.experiment_id = self._experiment()
+        found = self.client.search_runs(
+            [self.experiment_id], filter_string="tags.role = 'study'", max_results=1,
+            order_by=["attributes.start_time ASC"],
+        )
+        if found:
+            self.parent_run_id = found[0].info.run_id
+            self.client.update_run(self.parent_run_id, status=RUNNING)
+        else:
+            run = self.client.create_run(
+                self.experiment_id,
+                tags={"role": "study", "study": study.name, "version": __version__,
+                      "mlflow.runName": f"study {study.name}"},
+                run_name=f"study {study.name}",
+            )
+            self.parent_run_id = run.info.run_id
+            from mlflow.entities import Param
+
+            params = {
+                "fidelity": study.fidelity, "evaluations": study.evaluations,
+                "init_size": study.init_size, "seeds": ",".join(map(str, study.seeds)),
+                "problems": ",".join(study.problems), "algorithms": ",".join(study.algorithms),
+                "runs": len(study.runs), **(extra_params or {}),
+            }
+            self.client.log_batch(self.parent_run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
+            self.client.log_text(self.parent_run_id, config_text, "study.yaml")
+
+    def _experiment(self) -> str:
+        from mlflow.entities import LifecycleStage
+
+        experiment = self.client.get_experiment_by_name(self.study_name)
+        if experiment is not None:
+            if experiment.lifecycle_stage == LifecycleStage.DELETED:
+                self.client.restore_experiment(experiment.experiment_id)
+            return experiment.experiment_id
+        location = None
+        if self.uri.startswith("sqlite:///"):
+            # Artifacts beside the database, so `mlflow ui` run from anywhere finds them.
+            location = (Path(self.uri[len("sqlite:///"):]).parent / "mlruns" / self.study_name).as_uri()
+        try:
+            return self.client.create_experiment(self.study_name, artifact_location=location)
+        except Exception:  # noqa: BLE001 - created meanwhile by another process
+            experiment = self.client.get_experiment_by_name(self.study_name)
+            if experiment is None:
+                raise
+            return experiment.experiment_id
+
+    def end(self, status: str, summary: dict[str, float]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()])
+        self.client.set_terminated(self.parent_run_id, status=status)
+
+    def worker_context(self) -> WorkerTracking | None:
+        if self.mode != "worker":
+            return None
+        return WorkerTracking(self.uri, self.experiment_id, self.parent_run_id)
+
+    # --- child runs ----------------------------------------------------------------------------
+    def child_runs(self) -> dict[str, list[tuple[str, str]]]:
+        """run_key -> [(run_id, status)] of the study's child runs."""
+        index: dict[str, list[tuple[str, str]]] = {}
+        token = None
+        while True:
+            page = self.client.search_runs(
+                [self.experiment_id], filter_string="tags.role = 'run'", max_results=1000, page_token=token,
+            )
+            for run in page:
+                key = run.data.tags.get("run_key", "")
+                index.setdefault(key, []).append((run.info.run_id, run.info.status))
+            token = page.token
+            if not token:
+                return index
+
+    def record(self, result: RunResult, child_run_id: str | None, records_file: Path | None) -> str:
+        """Log (driver mode) or close (worker mode) the child run of a result the store holds."""
+        if child_run_id is None:
+            child_run_id = log_child_run(
+                self.client, self.experiment_id, self.parent_run_id, result, records_file
+            )
+        finish_child_run(self.client, child_run_id, result)
+        return child_run_id
+
+    def reconcile(self, store: "ResultStore", keys: Iterable[str]) -> tuple[int, int]:
+        """Log every finished run of the store that MLflow lacks; mark orphans KILLED.
+
+        Run only when no run of the study is in flight. Returns (logged, killed).
+        """
+        index = self.child_runs()
+        logged = killed = 0
+        finished = store.finished_keys()
+        for key in keys:
+            runs = index.get(key, [])
+            for run_id, status in runs:
+                if status == RUNNING:
+                    self.client.set_terminated(run_id, status=KILLED)
+                    killed += 1
+            if key in finished and not any(status == FINISHED for _, status in runs):
+                self.record(store.read_result(key), None, store.records_path(key))
+                logged += 1
+        return logged, killed
