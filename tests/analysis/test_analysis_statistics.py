@@ -1,0 +1,166 @@
+"""The pure statistics on small samples whose answers are worked out by hand."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from wdrbo_dist.analysis.statistics import (
+    average_ranks,
+    block_ranks,
+    grouped_mean_se,
+    holm,
+    mean_se,
+    paired_wilcoxon,
+    rank_biserial,
+    signed_rank_sums,
+    significant_digits_format,
+)
+
+
+def test_mean_se_by_hand():
+    # mean 2.5; deviations ±1.5, ±0.5 -> sd^2 = (2*2.25 + 2*0.25) / 3 = 5/3; se = sqrt(5/3) / 2
+    stat = mean_se([1.0, 2.0, 3.0, 4.0])
+    assert stat.n == 4
+    assert stat.mean == pytest.approx(2.5)
+    assert stat.se == pytest.approx(math.sqrt(5 / 3) / 2)
+    assert stat.se == pytest.approx(0.6454972244)
+
+
+def test_mean_se_edge_cases():
+    one = mean_se([7.0])
+    assert (one.mean, one.n) == (7.0, 1) and math.isnan(one.se)
+    empty = mean_se([])
+    assert empty.n == 0 and math.isnan(empty.mean) and math.isnan(empty.se)
+    with_nan = mean_se([1.0, np.nan, 3.0])  # NaN is "no data", not a value
+    assert with_nan.n == 2 and with_nan.mean == 2.0 and with_nan.se == pytest.approx(1.0)
+
+
+def test_grouped_mean_se_matches_mean_se():
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"g": np.repeat(["a", "b", "c"], [5, 1, 3]), "v": rng.normal(size=9)})
+    out = grouped_mean_se(frame, ["g"], "v").set_index("g")
+    for g, group in frame.groupby("g"):
+        expected = mean_se(group["v"])
+        assert out.loc[g, "n"] == expected.n
+        assert out.loc[g, "mean"] == pytest.approx(expected.mean)
+        if expected.n > 1:
+            assert out.loc[g, "se"] == pytest.approx(expected.se)
+        else:
+            assert math.isnan(out.loc[g, "se"])
+
+
+def test_holm_known_vector():
+    # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> monotone 0.06
+    adjusted = holm([0.01, 0.04, 0.03, 0.005])
+    np.testing.assert_allclose(adjusted, [0.03, 0.06, 0.06, 0.02])
+
+
+def test_holm_nan_is_not_in_the_family_and_caps_at_one():
+    adjusted = holm([0.01, np.nan, 0.04, 0.03, 0.005])
+    assert math.isnan(adjusted[1])
+    np.testing.assert_allclose(adjusted[[0, 2, 3, 4]], [0.03, 0.06, 0.06, 0.02])
+    np.testing.assert_allclose(holm([0.5, 0.6]), [1.0, 1.0])
+    assert np.isnan(holm([np.nan])).all()
+    np.testing.assert_allclose(holm([0.2]), [0.2])
+
+
+def test_block_ranks_with_ties_and_incomplete_blocks():
+    matrix = pd.DataFrame(
+        {"wdrbo": [1.0, 3.0, 0.5], "erbo": [2.0, 1.0, np.nan], "gp-ucb": [2.0, 2.0, 9.0]},
+        index=[100, 101, 102],
+    )
+    ranks = block_ranks(matrix)
+    assert list(ranks.index) == [100, 101]  # seed 102 lacks erbo: not ranked
+    np.testing.assert_allclose(ranks.loc[100], [1.0, 2.5, 2.5])
+    np.testing.assert_allclose(ranks.loc[101], [3.0, 1.0, 2.0])
+    mean, n_blocks = average_ranks(matrix)
+    assert n_blocks == 2
+    np.testing.assert_allclose(mean[["wdrbo", "erbo", "gp-ucb"]], [2.0, 1.75, 2.25])
+
+
+def test_average_ranks_without_complete_blocks():
+    matrix = pd.DataFrame({"a": [1.0, np.nan], "b": [np.nan, 2.0]})
+    mean, n_blocks = average_ranks(matrix)
+    assert n_blocks == 0 and mean.isna().all()
+
+
+def _exact_two_sided_p(d: np.ndarray) -> float:
+    """Enumerate all 2^n sign patterns of the ranks 1..n (no ties, no zeros)."""
+    n = len(d)
+    ranks = np.argsort(np.argsort(np.abs(d))) + 1
+    t_plus = ranks[d > 0].sum()
+    stat = min(t_plus, n * (n + 1) / 2 - t_plus)
+    count = 0
+    for signs in itertools.product((0, 1), repeat=n):
+        t = sum(r for r, s in zip(range(1, n + 1), signs) if s)
+        count += min(t, n * (n + 1) / 2 - t) <= stat
+    return count / 2**n
+
+
+def test_wilcoxon_by_hand():
+    # d = baseline - reference = [1, -2, 3, 4, 5, -6, 7]: T+ = 20, T- = 8, statistic 8.
+    # Subsets of {1..7} with sum <= 8: 1+1+1+2+2+3+4+5+5 = 24, so p = 2 * 24 / 128 = 0.375.
+    reference = np.zeros(7)
+    baseline = np.array([1.0, -2.0, 3.0, 4.0, 5.0, -6.0, 7.0])
+    result = paired_wilcoxon(reference, baseline)
+    assert result.n_pairs == 7
+    assert (result.wins, result.ties, result.losses) == (5, 0, 2)
+    assert result.statistic == 8.0
+    assert result.pvalue == pytest.approx(0.375)
+    assert result.rank_biserial == pytest.approx((20 - 8) / 28)
+    assert result.median_difference == 3.0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_wilcoxon_matches_exhaustive_enumeration(seed):
+    rng = np.random.default_rng(seed)
+    n = 10
+    reference = rng.normal(size=n)
+    baseline = reference + rng.normal(loc=0.3, size=n)
+    result = paired_wilcoxon(reference, baseline)
+    assert result.pvalue == pytest.approx(_exact_two_sided_p(baseline - reference))
+
+
+def test_wilcoxon_all_one_direction():
+    # All 5 differences positive: only the all-positive and all-negative patterns are as
+    # extreme, p = 2/32; the effect size is +1.
+    result = paired_wilcoxon([1, 2, 3, 4, 5], [2, 4, 6, 8, 10])
+    assert result.pvalue == pytest.approx(2 / 32)
+    assert result.wins == 5 and result.rank_biserial == 1.0
+    flipped = paired_wilcoxon([2, 4, 6, 8, 10], [1, 2, 3, 4, 5])
+    assert flipped.losses == 5 and flipped.rank_biserial == -1.0 and flipped.pvalue == pytest.approx(2 / 32)
+
+
+def test_wilcoxon_ties_zeros_and_missing_pairs():
+    reference = np.array([1.0, 2.0, 3.0, 4.0, 5.0, np.nan])
+    baseline = np.array([1.0 + 1e-14, 3.0, 2.0, 6.0, 5.0, 1.0])  # two ties (one by rounding), one NaN
+    result = paired_wilcoxon(reference, baseline)
+    assert result.n_pairs == 5
+    assert (result.wins, result.ties, result.losses) == (2, 2, 1)
+    # nonzero d = [1, -1, 2]: ranks [1.5, 1.5, 3]; T+ = 4.5, T- = 1.5
+    assert signed_rank_sums([1.0, -1.0, 2.0, 0.0]) == (4.5, 1.5, 3)
+    assert result.rank_biserial == pytest.approx((4.5 - 1.5) / 6)
+    assert 0 < result.pvalue <= 1
+
+
+def test_wilcoxon_degenerate_inputs():
+    equal = paired_wilcoxon([1.0, 2.0, 3.0], [1.0, 2.0, 3.0])
+    assert equal.pvalue == 1.0 and equal.ties == 3 and math.isnan(equal.rank_biserial)
+    empty = paired_wilcoxon([np.nan, 1.0], [2.0, np.nan])
+    assert empty.n_pairs == 0 and math.isnan(empty.pvalue)
+    with pytest.raises(ValueError):
+        paired_wilcoxon([1.0], [1.0, 2.0])
+    assert math.isnan(rank_biserial([0.0, 0.0]))
+
+
+def test_mean_se_formatting():
+    assert significant_digits_format(12.3456, 0.0456) == "12.346 ± 0.046"
+    assert significant_digits_format(599.7, 33.0) == "600 ± 33"
+    assert significant_digits_format(1.5, math.nan) == "1.5 ± n/a"
+    assert significant_digits_format(6.0, 1e-16) == "6 ± 0"
+    assert significant_digits_format(math.nan, 1.0) == "n/a"

@@ -1,0 +1,1 @@
+"""Statistics, tables, figures and the HTML report of a study, read from its parquet store."""

@@ -1,0 +1,400 @@
+"""The paper's figures (and a few more) as plotly figures built from the tidy frames.
+
+Figures are returned, not written: the report decides how to embed them (one self-contained
+page with plotly.js inline; there is no network where the dashboards are read).
+Colours are fixed per algorithm so that every figure reads the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from wdrbo_dist.analysis.load import FINISHED, StudyData
+from wdrbo_dist.analysis.statistics import grouped_mean_se, mean_se
+from wdrbo_dist.analysis.tables import algorithm_name, problem_name
+
+COLOURS = {
+    "wdrbo": "#d62728", "erbo": "#1f77b4", "gp-ucb": "#7f7f7f", "sbo-kde": "#2ca02c",
+    "drbo-kde": "#ff7f0e", "drbo-mmd": "#9467bd", "drbo-mmd-minimax": "#8c564b", "stableopt": "#e377c2",
+}
+EXTRA_COLOURS = ("#17becf", "#bcbd22", "#393b79", "#637939")
+MAIN_TEXT_ALGORITHMS = ("wdrbo", "erbo", "gp-ucb", "sbo-kde", "drbo-kde")  # the paper's Fig. 1
+TOY = "toy-general"
+GRID_COLUMNS = 4
+TIME_COMPONENTS = (  # (label, colour): stacked bars of the time figure
+    ("GP fit", "#4c72b0"), ("acquisition (excl. inner)", "#55a868"), ("inner solves", "#c44e52"),
+    ("truth (QMC)", "#8172b2"), ("other", "#ccb974"),
+)
+
+
+@dataclass
+class FigureItem:
+    """One figure of the report: a file stem, a title, what it shows, and the figure."""
+
+    key: str
+    title: str
+    caption: str
+    figure: go.Figure
+
+
+def colour(algorithm: str, order: Sequence[str] = ()) -> str:
+    if algorithm in COLOURS:
+        return COLOURS[algorithm]
+    index = list(order).index(algorithm) if algorithm in order else len(algorithm)
+    return EXTRA_COLOURS[index % len(EXTRA_COLOURS)]
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    h = hex_colour.lstrip("#")
+    r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def _grid(titles: Sequence[str], columns: int = GRID_COLUMNS, row_height: int = 300, **kwargs: object) -> tuple[go.Figure, int]:
+    n = max(1, len(titles))
+    cols = min(columns, n)
+    rows = math.ceil(n / cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=list(titles) or [""],
+                        horizontal_spacing=0.06, vertical_spacing=min(0.12, 0.35 / rows), **kwargs)
+    fig.update_layout(height=max(360, row_height * rows + 80), template="plotly_white",
+                      margin=dict(l=60, r=20, t=60, b=50))
+    return fig, cols
+
+
+def _position(index: int, cols: int) -> tuple[int, int]:
+    return index // cols + 1, index % cols + 1
+
+
+def _note(fig: go.Figure, row: int, col: int, text: str) -> None:
+    """Say why a panel is empty instead of leaving it blank."""
+    fig.add_trace(go.Scatter(x=[0.5], y=[0.5], mode="text", text=[text], showlegend=False, hoverinfo="skip"),
+                  row=row, col=col)
+
+
+def _band(fig: go.Figure, stats: pd.DataFrame, x: str, algorithm: str, order: Sequence[str],
+          row: int, col: int, show_legend: bool) -> None:
+    """Mean line with a mean ± SE band; the hover says how many seeds each point averages."""
+    c = colour(algorithm, order)
+    stats = stats.sort_values(x)
+    xs = stats[x].to_numpy()
+    mean = stats["mean"].to_numpy()
+    se = np.nan_to_num(stats["se"].to_numpy(), nan=0.0)
+    name = algorithm_name(algorithm)
+    fig.add_trace(go.Scatter(
+        x=np.concatenate([xs, xs[::-1]]), y=np.concatenate([mean + se, (mean - se)[::-1]]),
+        fill="toself", fillcolor=_rgba(c, 0.18), line=dict(width=0), hoverinfo="skip",
+        showlegend=False, legendgroup=algorithm, name=name,
+    ), row=row, col=col)
+    fig.add_trace(go.Scatter(
+        x=xs, y=mean, mode="lines", line=dict(color=c, width=2), name=name, legendgroup=algorithm,
+        showlegend=show_legend, customdata=np.stack([se, stats["n"].to_numpy()], axis=-1),
+        hovertemplate=f"{name}<br>%{{x}}: %{{y:.4g}} ± %{{customdata[0]:.2g}} (n=%{{customdata[1]}})<extra></extra>",
+    ), row=row, col=col)
+
+
+def curve_figure(data: StudyData, fidelity: str, value: str, algorithms: Sequence[str],
+                 problems: Sequence[str], y_title: str) -> go.Figure:
+    """A grid with one panel per problem: mean ± SE over seeds of `value` against the step."""
+    steps = data.steps[(data.steps["fidelity"] == fidelity) & data.steps["algorithm"].isin(algorithms)
+                       & data.steps["problem"].isin(problems)]
+    stats = grouped_mean_se(steps, ["problem", "algorithm", "step"], value)
+    fig, cols = _grid([problem_name(p) for p in problems])
+    shown: set[str] = set()
+    for i, problem in enumerate(problems):
+        row, col = _position(i, cols)
+        sub = stats[stats["problem"] == problem]
+        if sub.empty:
+            _note(fig, row, col, "no finished runs")
+            continue
+        for algorithm in algorithms:
+            curve = sub[sub["algorithm"] == algorithm]
+            if curve.empty:
+                continue
+            _band(fig, curve, "step", algorithm, data.algorithms, row, col, algorithm not in shown)
+            shown.add(algorithm)
+        fig.update_xaxes(title_text="evaluation t", row=row, col=col)
+        if col == 1:
+            fig.update_yaxes(title_text=y_title, row=row, col=col)
+    return fig
+
+
+def _data_problems(data: StudyData) -> list[str]:
+    return [p for p in data.problems if p != TOY]
+
+
+def cumulative_regret_items(data: StudyData, fidelity: str) -> list[FigureItem]:
+    """Figs. 1-2: cumulative regret per problem; Fig. 1 only with the main-text methods."""
+    problems = _data_problems(data)
+    if not problems:
+        return []
+    items = []
+    main = [a for a in data.algorithms if a in MAIN_TEXT_ALGORITHMS]
+    if main and len(main) < len(data.algorithms):
+        items.append(FigureItem(
+            f"fig1_cumulative_regret_main_{fidelity}", f"Cumulative regret, main-text methods (Fig. 1) — {fidelity}",
+            "Mean ± standard error over seeds of the cumulative expected regret R_t = Σ_{s≤t} r_s, for the "
+            "methods of the paper's main text. Lower is better; a curve that flattens has stopped paying regret.",
+            curve_figure(data, fidelity, "cumulative_regret", main, problems, "cumulative regret R_t"),
+        ))
+    items.append(FigureItem(
+        f"fig2_cumulative_regret_{fidelity}", f"Cumulative regret, all methods (Fig. 2) — {fidelity}",
+        "Mean ± standard error over seeds of the cumulative expected regret for every method of the study "
+        "(the paper's appendix Fig. 2). Lower is better.",
+        curve_figure(data, fidelity, "cumulative_regret", data.algorithms, problems, "cumulative regret R_t"),
+    ))
+    items.append(FigureItem(
+        f"fig3_instantaneous_regret_{fidelity}", f"Instantaneous regret (Fig. 3) — {fidelity}",
+        "Mean ± standard error over seeds of the instantaneous expected regret r_t = E*[f(x*)] − E*[f(x_t)] "
+        "(the paper's Fig. 3): how good the point chosen at step t is under the true context distribution. "
+        "It shows the asymptotic behaviour that the cumulative curves smooth out.",
+        curve_figure(data, fidelity, "regret", data.algorithms, problems, "instantaneous regret r_t"),
+    ))
+    return items
+
+
+# --- the general-setting toy (spec 4.9) ------------------------------------------------------------
+
+
+def toy_curves(fidelity: str, grid: int = 401) -> dict[str, np.ndarray | float]:
+    """f's expectations on an x grid: under the centre P̂, under P*, and the robust objective.
+
+    The robust objective E_P̂ f(x) − ε·L(x) uses L(x), the Lipschitz constant of f(x, ·) in c,
+    estimated by finite differences over the contexts P̂ and P* put mass on: it is the quantity
+    WDRBO's acquisition bounds, computed with the true f instead of the UCB.
+    """
+    import torch
+
+    from wdrbo_dist.problems import make_problem
+
+    problem = make_problem(TOY, fidelity)
+    centre = problem.centre_distribution()
+    lo, hi = (float(v) for v in problem.decision_bounds[:, 0])
+    x = torch.linspace(lo, hi, grid, dtype=torch.float64)
+    nodes, weights, radius = centre.nodes, centre.weights, float(centre.radius)
+    f_centre = problem.evaluate(x[:, None, None], nodes[None, :, :])  # [grid, m]
+    e_centre = (f_centre * weights[None, :]).sum(-1)
+    e_true = problem.expected_value(x[:, None])
+    # The contexts that matter: the central 99.8% of P* (sampled) and of P̂ (its quadrature).
+    draws = problem.sample_context(4096, torch.Generator().manual_seed(0))[:, 0]
+    order = torch.argsort(nodes[:, 0])
+    cdf = torch.cumsum(weights[order], 0)
+    sorted_nodes = nodes[order, 0]
+    centre_lo = sorted_nodes[int(torch.searchsorted(cdf, torch.tensor(0.001, dtype=cdf.dtype)))]
+    centre_hi = sorted_nodes[min(len(cdf) - 1, int(torch.searchsorted(cdf, torch.tensor(0.999, dtype=cdf.dtype))))]
+    c_lo = float(min(centre_lo, torch.quantile(draws, 0.001)))
+    c_hi = float(max(centre_hi, torch.quantile(draws, 0.999)))
+    c = torch.linspace(c_lo, c_hi, 241, dtype=torch.float64)
+    f_xc = problem.evaluate(x[:, None, None], c[None, :, None])  # [grid, 241]
+    lipschitz = (f_xc.diff(dim=1).abs() / c.diff()[None, :]).max(dim=1).values
+    return {
+        "x": x.numpy(), "c": c.numpy(), "f": f_xc.numpy().T, "e_centre": e_centre.numpy(),
+        "e_true": e_true.numpy(), "robust": (e_centre - radius * lipschitz).numpy(), "radius": radius,
+        "optimal_value": float(problem.optimal_value),
+    }
+
+
+def _argmaxes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """All grid maximisers (f is even in x: both ±x* are shown)."""
+    top = np.nanmax(y)
+    return x[np.isclose(y, top, rtol=0, atol=1e-9 * max(1.0, abs(top)))]
+
+
+def toy_item(data: StudyData, fidelity: str) -> FigureItem | None:
+    """f with its optima under P̂ and P*, and WDRBO vs ERBO cumulative regret (paper Fig. a, b)."""
+    if TOY not in data.problems:
+        return None
+    curves = toy_curves(fidelity)
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.09, subplot_titles=[
+        "f(x, c)", "E f(x) under P̂ (centre) and P* (true)", "Cumulative regret"])
+    x, c = curves["x"], curves["c"]
+    fig.add_trace(go.Heatmap(x=x, y=c, z=curves["f"], colorscale="Viridis", showscale=True,
+                             colorbar=dict(x=0.27, len=0.9, thickness=10), name="f(x, c)",
+                             hovertemplate="x=%{x:.3f}<br>c=%{y:.3f}<br>f=%{z:.3f}<extra></extra>"), row=1, col=1)
+    lines = (("e_centre", "E_P̂ f (ERBO's target)", "#1f77b4", "dash"),
+             ("e_true", "E_P* f (truth)", "#000000", "solid"),
+             ("robust", f"E_P̂ f − ε·L(x), ε={curves['radius']:g} (WDRBO's target)", "#d62728", "dot"))
+    for key, label, col_hex, dash in lines:
+        y = curves[key]
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines", name=label, line=dict(color=col_hex, dash=dash),
+                                 legendgroup=key), row=1, col=2)
+        best = _argmaxes(x, y)
+        fig.add_trace(go.Scatter(x=best, y=np.interp(best, x, y), mode="markers", showlegend=False,
+                                 legendgroup=key, marker=dict(color=col_hex, size=9, symbol="star"),
+                                 hovertemplate=f"argmax of {label}: x=%{{x:.4f}}<extra></extra>"), row=1, col=2)
+        for xb in best:
+            fig.add_trace(go.Scatter(x=[xb, xb], y=[c[0], c[-1]], mode="lines", showlegend=False,
+                                     legendgroup=key, line=dict(color=col_hex, dash=dash, width=1.5),
+                                     hoverinfo="skip"), row=1, col=1)
+    steps = data.steps[(data.steps["fidelity"] == fidelity) & (data.steps["problem"] == TOY)]
+    shown = False
+    for algorithm in ("wdrbo", "erbo"):
+        sub = steps[steps["algorithm"] == algorithm]
+        if sub.empty:
+            continue
+        stats = grouped_mean_se(sub, ["step"], "cumulative_regret")
+        _band(fig, stats, "step", algorithm, data.algorithms, 1, 3, True)
+        shown = True
+    if not shown:
+        _note(fig, 1, 3, "no finished WDRBO / ERBO runs")
+    fig.update_xaxes(title_text="x", row=1, col=1)
+    fig.update_yaxes(title_text="c", row=1, col=1)
+    fig.update_xaxes(title_text="x", row=1, col=2)
+    fig.update_xaxes(title_text="evaluation t", row=1, col=3)
+    fig.update_layout(height=430, template="plotly_white", margin=dict(l=60, r=20, t=80, b=50),
+                      legend=dict(orientation="h", y=-0.2, x=0))
+    return FigureItem(
+        f"toy_general_{fidelity}", f"General setting (toy) — {fidelity}",
+        "Left: f(x, c) = 1 − |c − 0.5|/(|x| + 0.2) − √(|x| + 0.05), with the maximisers of the curves in the "
+        "middle panel as vertical lines. Middle: the expectation of f under the ambiguity centre P̂ = N(0.5, 0.1²) "
+        "(what ERBO maximises), under the true P* = N(0.6, 0.2²), and WDRBO's robust objective "
+        "E_P̂ f − ε·L(x) with L the Lipschitz constant of f in c; stars mark the maximisers. "
+        "Right: mean ± standard error of the cumulative regret of WDRBO and ERBO: ERBO converges to the "
+        "centre's maximiser and pays a constant regret per step, WDRBO's robust choice is close to the true optimum.",
+        fig,
+    )
+
+
+# --- time ----------------------------------------------------------------------------------------
+
+
+def time_item(data: StudyData, fidelity: str) -> FigureItem:
+    """Stacked mean seconds per run by component, with the SE of the total as an error bar."""
+    runs = data.runs[(data.runs["fidelity"] == fidelity) & (data.runs["status"] == FINISHED)].copy()
+    runs["acq_other"] = (runs["time_acquisition_s"] - runs["inner_solve_s"]).clip(lower=0)
+    runs["other"] = (runs["wall_time_s"] - runs["time_fit_s"] - runs["time_acquisition_s"]
+                     - runs["time_truth_s"]).clip(lower=0)
+    parts = ("time_fit_s", "acq_other", "inner_solve_s", "time_truth_s", "other")
+    problems = list(data.problems)
+    fig, cols = _grid([problem_name(p) for p in problems])
+    fig.update_layout(barmode="stack")
+    for i, problem in enumerate(problems):
+        row, col = _position(i, cols)
+        sub = runs[runs["problem"] == problem]
+        algorithms = [a for a in data.algorithms if a in set(sub["algorithm"])]
+        if not algorithms:
+            _note(fig, row, col, "no finished runs")
+            continue
+        names = [algorithm_name(a) for a in algorithms]
+        for (label, hex_colour), part in zip(TIME_COMPONENTS, parts):
+            means = [float(sub.loc[sub["algorithm"] == a, part].mean()) for a in algorithms]
+            fig.add_trace(go.Bar(x=names, y=means, name=label, marker_color=hex_colour, legendgroup=label,
+                                 showlegend=i == 0, hovertemplate=f"{label}: %{{y:.3g}} s<extra></extra>"),
+                          row=row, col=col)
+        totals = [mean_se(sub.loc[sub["algorithm"] == a, "wall_time_s"]) for a in algorithms]
+        fig.add_trace(go.Scatter(
+            x=names, y=[t.mean for t in totals], mode="markers", name="total (mean ± SE)",
+            legendgroup="total", showlegend=i == 0, marker=dict(color="black", size=6),
+            error_y=dict(type="data", array=[0.0 if math.isnan(t.se) else t.se for t in totals], visible=True),
+            hovertemplate="total: %{y:.3g} s<extra></extra>"), row=row, col=col)
+        if col == 1:
+            fig.update_yaxes(title_text="seconds per run", row=row, col=col)
+    return FigureItem(
+        f"time_per_run_{fidelity}", f"Time per run — {fidelity}",
+        "Mean wall-clock seconds per run (the paper's Tables 1-2), stacked by component: GP fitting, "
+        "acquisition maximisation (without its inner convex solves), the inner solves of DRBO-KDE / DRBO-MMD, "
+        "the QMC truth evaluation (book-keeping, not algorithm time) and the rest. The black marker is the "
+        "mean total with its standard error.",
+        fig,
+    )
+
+
+def regret_vs_time_item(data: StudyData, fidelity: str) -> FigureItem | None:
+    """Mean cumulative regret against mean elapsed wall-clock time (log scale)."""
+    problems = _data_problems(data) or list(data.problems)
+    steps = data.steps[data.steps["fidelity"] == fidelity]
+    if steps.empty:
+        return None
+    regret = grouped_mean_se(steps, ["problem", "algorithm", "step"], "cumulative_regret")
+    elapsed = grouped_mean_se(steps, ["problem", "algorithm", "step"], "elapsed_s")
+    merged = regret.merge(elapsed[["problem", "algorithm", "step", "mean"]].rename(columns={"mean": "elapsed"}),
+                          on=["problem", "algorithm", "step"])
+    fig, cols = _grid([problem_name(p) for p in problems])
+    shown: set[str] = set()
+    for i, problem in enumerate(problems):
+        row, col = _position(i, cols)
+        sub = merged[merged["problem"] == problem]
+        if sub.empty:
+            _note(fig, row, col, "no finished runs")
+            continue
+        for algorithm in data.algorithms:
+            curve = sub[sub["algorithm"] == algorithm].sort_values("elapsed")
+            if curve.empty:
+                continue
+            name = algorithm_name(algorithm)
+            fig.add_trace(go.Scatter(
+                x=curve["elapsed"], y=curve["mean"], mode="lines", name=name, legendgroup=algorithm,
+                showlegend=algorithm not in shown, line=dict(color=colour(algorithm, data.algorithms), width=2),
+                customdata=curve["step"], hovertemplate=f"{name}<br>t=%{{customdata}}: %{{x:.3g}} s, R=%{{y:.4g}}<extra></extra>",
+            ), row=row, col=col)
+            shown.add(algorithm)
+        fig.update_xaxes(type="log", title_text="elapsed seconds (mean)", row=row, col=col)
+        if col == 1:
+            fig.update_yaxes(title_text="cumulative regret R_t", row=row, col=col)
+    return FigureItem(
+        f"regret_vs_time_{fidelity}", f"Regret against wall-clock time — {fidelity}",
+        "Mean cumulative regret against the mean elapsed wall-clock time of a run (log scale): which method "
+        "reaches a given regret soonest when time, not evaluations, is the budget. Each point is one "
+        "evaluation t; the curves end where the runs end.",
+        fig,
+    )
+
+
+def fidelity_item(data: StudyData) -> FigureItem | None:
+    """The two fidelity profiles side by side (rows: problems; columns: paper, reference)."""
+    if len(data.fidelities) < 2:
+        return None
+    fidelities = list(data.fidelities)[:2]
+    problems = [p for p in data.problems
+                if all(((data.runs["problem"] == p) & (data.runs["fidelity"] == f)).any() for f in fidelities)]
+    if not problems:
+        return None
+    titles = [f"{problem_name(p)} — {f}" for p in problems for f in fidelities]
+    fig = make_subplots(rows=len(problems), cols=2, shared_yaxes=True, subplot_titles=titles,
+                        horizontal_spacing=0.04, vertical_spacing=min(0.08, 0.3 / len(problems)))
+    stats = grouped_mean_se(data.steps, ["fidelity", "problem", "algorithm", "step"], "cumulative_regret")
+    shown: set[str] = set()
+    for i, problem in enumerate(problems):
+        for j, fidelity in enumerate(fidelities):
+            sub = stats[(stats["problem"] == problem) & (stats["fidelity"] == fidelity)]
+            if sub.empty:
+                _note(fig, i + 1, j + 1, "no finished runs")
+                continue
+            for algorithm in data.algorithms:
+                curve = sub[sub["algorithm"] == algorithm]
+                if not curve.empty:
+                    _band(fig, curve, "step", algorithm, data.algorithms, i + 1, j + 1, algorithm not in shown)
+                    shown.add(algorithm)
+        fig.update_yaxes(title_text="R_t", row=i + 1, col=1)
+    fig.update_layout(height=260 * len(problems) + 100, template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
+    return FigureItem(
+        "fidelity_profiles", "Fidelity profiles side by side",
+        f"Cumulative regret (mean ± SE) of the same study in the `{fidelities[0]}` and `{fidelities[1]}` profiles, "
+        "one row per problem with a shared y axis: how much the reference code's faults (spec section 8) change "
+        "each method's curve.",
+        fig,
+    )
+
+
+def build_figures(data: StudyData) -> list[FigureItem]:
+    """Every figure the study's data supports, in reading order."""
+    items: list[FigureItem] = []
+    for fidelity in data.fidelities:
+        items += cumulative_regret_items(data, fidelity)
+        toy = toy_item(data, fidelity)
+        if toy is not None:
+            items.append(toy)
+        items.append(time_item(data, fidelity))
+        vs_time = regret_vs_time_item(data, fidelity)
+        if vs_time is not None:
+            items.append(vs_time)
+    both = fidelity_item(data)
+    if both is not None:
+        items.append(both)
+    return items

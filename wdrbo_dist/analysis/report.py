@@ -1,0 +1,333 @@
+"""The study report: tables and figures on disk, one self-contained HTML page, MLflow copies.
+
+Layout under `dashboards/<study>/`:
+    index.html          the dashboard: tables and interactive figures, plotly.js inline (no network)
+    summary.md          every table as markdown
+    tables/<name>.csv   the tables as numbers (long format, one row per cell or test)
+    figures/<name>.json the plotly figures (plotly's JSON: reopen with plotly.io.read_json)
+
+MLflow: the page, summary, tables and figures become artifacts (`dashboard/`) of the study's
+parent run, and one aggregate run per problem x algorithm (tag role=aggregate) holds the
+per-step mean and standard error across seeds, so the MLflow UI can overlay algorithms.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from wdrbo_dist import __version__
+from wdrbo_dist.analysis.figures import FigureItem, build_figures
+from wdrbo_dist.analysis.load import FAILED, FINISHED, MISSING, StudyData
+from wdrbo_dist.analysis.statistics import grouped_mean_se
+from wdrbo_dist.analysis.tables import MAIN_TITLE, Tables, build_tables, markdown_report, to_markdown
+
+MAX_LISTED_PROBLEMS = 200  # failed/missing runs listed on the page (all of them are in the CSV)
+
+
+@dataclass
+class ReportFiles:
+    """Where a summary or report was written."""
+
+    folder: Path
+    summary: Path
+    tables: list[Path]
+    figures: list[Path]
+    page: Path | None = None
+
+
+def study_folder(dashboards: Path, name: str) -> Path:
+    return Path(dashboards) / name
+
+
+def main_table_text(data: StudyData, tables: Tables) -> str:
+    """The table `summarize` and `report` print: final cumulative regret per fidelity."""
+    counts = data.counts()
+    parts = [f"Study {data.name}: {data.metric.description}.",
+             f"Runs: {counts['expected']} expected, {counts['finished']} finished, "
+             f"{counts['failed']} failed, {counts['missing']} missing."]
+    for fidelity in data.fidelities:
+        parts += ["", f"{MAIN_TITLE}, fidelity {fidelity}:", to_markdown(tables.display[fidelity][MAIN_TITLE])]
+    return "\n".join(parts)
+
+
+def write_tables(data: StudyData, tables: Tables, folder: Path) -> tuple[Path, list[Path]]:
+    """CSV (numbers) and markdown (display) files; returns the markdown path and the CSVs."""
+    table_dir = folder / "tables"
+    table_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, frame in tables.csv_frames().items():
+        path = table_dir / f"{name}.csv"
+        frame.to_csv(path, index=False)
+        written.append(path)
+    for fidelity, display in tables.display.items():
+        for i, frame in enumerate(display.values()):
+            path = table_dir / f"display_{fidelity}_{i + 1}.md"
+            path.write_text(to_markdown(frame))
+            written.append(path)
+    summary = folder / "summary.md"
+    summary.write_text(markdown_report(data, tables))
+    return summary, written
+
+
+def summarize(data: StudyData, folder: Path) -> tuple[Tables, ReportFiles]:
+    """Compute and write the tables (no figures)."""
+    tables = build_tables(data)
+    summary, written = write_tables(data, tables, folder)
+    return tables, ReportFiles(folder=folder, summary=summary, tables=written, figures=[])
+
+
+# --- HTML ------------------------------------------------------------------------------------------
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1400px;padding:1rem 2rem;color:#222}
+h1{margin-bottom:.2rem} h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2.2rem}
+.meta{color:#555} .caption{color:#444;max-width:70rem}
+table{border-collapse:collapse;margin:.6rem 0 1.2rem;font-size:.88rem}
+th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right;white-space:nowrap}
+th{background:#f3f3f3} td.label{text-align:left;font-weight:600}
+td.failed{background:#fde2e2} td.missing{background:#fff3cd} td.partial{background:#fff8e6}
+nav a{margin-right:1rem} .figure{margin:1rem 0 2rem} code{background:#f3f3f3;padding:0 .2rem}
+"""
+
+
+def _cell_class(text: str) -> str:
+    if text.startswith(("FAILED", "NO RUNS")) or text == "failed":
+        return "failed"
+    if text.startswith("MISSING") or text == "missing":
+        return "missing"
+    if "failed" in text or "missing" in text:
+        return "partial"
+    return ""
+
+
+def html_table(frame: pd.DataFrame, index: bool = True, limit: int | None = None) -> str:
+    """A plain HTML table; cells of failed or missing runs are coloured, never left out."""
+    if frame.empty:
+        return "<p><em>(no rows)</em></p>"
+    flat = frame.reset_index() if index else frame
+    n_index = frame.index.nlevels if index else 0
+    shown = flat if limit is None else flat.head(limit)
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in flat.columns)
+    body = []
+    for row in shown.itertuples(index=False):
+        cells = []
+        for j, value in enumerate(row):
+            text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+            cls = "label" if j < n_index else _cell_class(text)
+            cells.append(f'<td class="{cls}">{html.escape(text)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    more = ""
+    if limit is not None and len(flat) > limit:
+        more = f"<p><em>… and {len(flat) - limit} more (all in the CSV).</em></p>"
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
+
+
+def render_page(data: StudyData, tables: Tables, figures: Sequence[FigureItem], source: str = "") -> str:
+    """The dashboard as one HTML string with plotly.js inline: it opens with no network."""
+    counts = data.counts()
+    generated = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    sections: list[str] = []
+    nav = ['<a href="#tables">Tables</a>', '<a href="#figures">Figures</a>', '<a href="#runs">Failed / missing runs</a>']
+    for fidelity, display in tables.display.items():
+        for title, frame in display.items():
+            sections.append(f"<h3>{html.escape(title)} — <code>{html.escape(fidelity)}</code></h3>{html_table(frame)}")
+    figure_html = []
+    for item in figures:
+        div = pio.to_html(item.figure, full_html=False, include_plotlyjs=False, div_id=f"fig-{_slug(item.key)}",
+                          config={"responsive": True, "displaylogo": False})
+        figure_html.append(
+            f'<div class="figure" id="{_slug(item.key)}"><h3>{html.escape(item.title)}</h3>'
+            f'<p class="caption">{html.escape(item.caption)}</p>{div}</div>'
+        )
+    problems = tables.problems
+    if problems.empty:
+        runs_html = "<p>None: every expected run finished.</p>"
+    else:
+        runs_html = html_table(problems[["label", "fidelity", "status", "error", "run_key"]], index=False,
+                               limit=MAX_LISTED_PROBLEMS)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>wdrbo-dist: {html.escape(data.name)}</title>
+<style>{CSS}</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head><body>
+<h1>Study <code>{html.escape(data.name)}</code></h1>
+<p class="meta">Fidelity: {html.escape(", ".join(data.fidelities))} · seeds: {len(data.seeds)} ·
+metric: {html.escape(data.metric.description)}<br>
+Runs: {counts['expected']} expected, {counts[FINISHED]} finished, {counts[FAILED]} failed, {counts[MISSING]} missing ·
+generated {html.escape(generated)} by wdrbo-dist {__version__}{(' from ' + html.escape(source)) if source else ''}</p>
+<nav>{' '.join(nav)}</nav>
+<h2 id="tables">Tables</h2>
+<p class="caption">Mean ± standard error over seeds (SE = sample SD / √n). Cells with failed or missing runs are
+coloured and say how many of the expected runs they average; a cell without any finished run shows its status.
+Ranks: 1 = lowest final cumulative regret, averaged over seeds where every method finished. Tests: paired
+two-sided Wilcoxon signed-rank on the same seeds, Holm-corrected over all tests of a fidelity profile;
+W/T/L counts seeds where WDRBO's regret is lower / equal / higher; rank-biserial r &gt; 0 favours WDRBO.</p>
+{''.join(sections)}
+<h2 id="figures">Figures</h2>
+{''.join(figure_html)}
+<h2 id="runs">Failed or missing runs</h2>
+{runs_html}
+</body></html>
+"""
+
+
+def write_figures(figures: Sequence[FigureItem], folder: Path) -> list[Path]:
+    fig_dir = folder / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for item in figures:
+        path = fig_dir / f"{item.key}.json"
+        path.write_text(pio.to_json(item.figure))
+        paths.append(path)
+    return paths
+
+
+def build_report(data: StudyData, folder: Path, source: str = "") -> tuple[Tables, ReportFiles]:
+    """Tables, figures and the page, written under `folder`."""
+    tables, files = summarize(data, folder)
+    figures = build_figures(data)
+    files.figures = write_figures(figures, folder)
+    page = folder / "index.html"
+    tmp = page.with_suffix(".html.tmp")
+    tmp.write_text(render_page(data, tables, figures, source), encoding="utf-8")
+    tmp.replace(page)
+    files.page = page
+    return tables, files
+
+
+# --- MLflow ------------------------------------------------------------------------------------------
+
+AGGREGATE_ROLE = "aggregate"
+STEP_VALUES = {"cumulative_regret": "cumulative_regret", "regret": "regret", "elapsed_s": "elapsed_s"}
+
+
+class MlflowUnavailable(RuntimeError):
+    """The study has no MLflow experiment or parent run to attach the report to."""
+
+
+def find_parent_run(client: Any, study_name: str) -> tuple[str, str]:
+    """(experiment_id, parent run id): the tracker's experiment is named after the study and
+    its parent run carries tag role=study (the oldest one, as the tracker reuses it)."""
+    experiment = client.get_experiment_by_name(study_name)
+    if experiment is None or experiment.lifecycle_stage != "active":
+        raise MlflowUnavailable(f"no MLflow experiment named {study_name!r}: run the study with tracking first")
+    found = client.search_runs([experiment.experiment_id], filter_string="tags.role = 'study'", max_results=1,
+                               order_by=["attributes.start_time ASC"])
+    if not found:
+        raise MlflowUnavailable(f"experiment {study_name!r} has no study parent run (tag role=study)")
+    return experiment.experiment_id, found[0].info.run_id
+
+
+def aggregate_metrics(data: StudyData, fidelity: str, problem: str, algorithm: str,
+                      rank: float | None, timestamp: int) -> list[Any]:
+    """Per-step mean / SE across seeds, plus run-level summary metrics (NaNs are skipped)."""
+    from mlflow.entities import Metric
+
+    metrics: list[Metric] = []
+    steps = data.steps[(data.steps["fidelity"] == fidelity) & (data.steps["problem"] == problem)
+                       & (data.steps["algorithm"] == algorithm)]
+    for name, column in STEP_VALUES.items():
+        if steps.empty:
+            break
+        stats = grouped_mean_se(steps, ["step"], column)
+        for row in stats.itertuples():
+            for suffix, value in (("mean", row.mean), ("se", row.se)):
+                if math.isfinite(value):
+                    metrics.append(Metric(f"{name}_{suffix}", float(value), timestamp, int(row.step)))
+        metrics.append(Metric(f"{name}_n_seeds", float(stats["n"].min()), timestamp, 0))
+    runs = data.runs[(data.runs["fidelity"] == fidelity) & (data.runs["problem"] == problem)
+                     & (data.runs["algorithm"] == algorithm)]
+    finished = runs[runs["status"] == FINISHED]
+    from wdrbo_dist.analysis.statistics import mean_se
+
+    summary = {
+        "n_expected": float(len(runs)),
+        "n_finished": float(len(finished)),
+        "n_failed": float((runs["status"] == FAILED).sum()),
+        "n_missing": float((runs["status"] == MISSING).sum()),
+    }
+    for column in ("final_cumulative_regret", "wall_time_s", "time_fit_s", "time_acquisition_s", "inner_solve_s"):
+        stat = mean_se(finished[column])
+        summary[f"{column}_mean"], summary[f"{column}_se"] = stat.mean, stat.se
+    if rank is not None:
+        summary["average_rank"] = rank
+    metrics += [Metric(k, float(v), timestamp, 0) for k, v in summary.items() if math.isfinite(v)]
+    return metrics
+
+
+def log_to_mlflow(tracking_uri: str, study_name: str, data: StudyData, tables: Tables, files: ReportFiles,
+                  fidelity: str) -> dict[str, Any]:
+    """Attach the report to the parent run and (re)write one aggregate run per problem x algorithm.
+
+    Aggregate runs of an earlier report are deleted first, so re-running the report leaves one
+    aggregate per cell. Returns the ids for the caller to print.
+    """
+    from mlflow.entities import Param
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiment_id, parent_id = find_parent_run(client, study_name)
+    client.log_artifacts(parent_id, str(files.folder), artifact_path="dashboard")
+    client.set_tag(parent_id, "dashboard", "dashboard/index.html")
+
+    for old in _search_all(client, experiment_id, f"tags.role = '{AGGREGATE_ROLE}'"):
+        client.delete_run(old.info.run_id)
+    ranks = tables.ranks
+    now = int(time.time() * 1000)
+    created: list[str] = []
+    for problem in data.problems:
+        for algorithm in data.algorithms:
+            cell = data.runs[(data.runs["fidelity"] == fidelity) & (data.runs["problem"] == problem)
+                             & (data.runs["algorithm"] == algorithm)]
+            if cell.empty:
+                continue
+            match = ranks[(ranks["fidelity"] == fidelity) & (ranks["problem"] == problem)
+                          & (ranks["algorithm"] == algorithm)]
+            rank = float(match["average_rank"].iloc[0]) if len(match) else None
+            name = f"agg|{problem}|{algorithm}"
+            n_finished = int((cell["status"] == FINISHED).sum())
+            run = client.create_run(experiment_id, run_name=name, tags={
+                "role": AGGREGATE_ROLE, "study": study_name, "problem": problem, "algorithm": algorithm,
+                "fidelity": fidelity, "study_parent_run_id": parent_id, "metric": data.metric.description,
+                "cell_status": "complete" if n_finished == len(cell) else ("no runs" if n_finished == 0 else "partial"),
+                "mlflow.runName": name, "version": __version__,
+            })
+            run_id = run.info.run_id
+            metrics = aggregate_metrics(data, fidelity, problem, algorithm, rank, now)
+            seeds = ",".join(str(s) for s in sorted(cell.loc[cell["status"] == FINISHED, "seed"]))
+            params = [Param("problem", problem), Param("algorithm", algorithm), Param("fidelity", fidelity),
+                      Param("seeds_finished", seeds[:6000] or "none"),
+                      Param("metric_column", data.metric.column),
+                      Param("include_initial", str(data.metric.include_initial))]
+            client.log_batch(run_id, params=params)
+            for start in range(0, len(metrics), 1000):
+                client.log_batch(run_id, metrics=metrics[start : start + 1000])
+            client.set_terminated(run_id, status="FINISHED" if n_finished else "FAILED")
+            created.append(run_id)
+    return {"experiment_id": experiment_id, "parent_run_id": parent_id, "aggregate_run_ids": created}
+
+
+def _search_all(client: Any, experiment_id: str, filter_string: str) -> list[Any]:
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs

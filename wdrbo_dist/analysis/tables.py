@@ -1,0 +1,395 @@
+"""Summary tables built from the tidy run frame: numbers (for CSV) and display text (markdown).
+
+Every table keeps one row or cell per expected (fidelity, problem, algorithm), and says how
+many of its runs finished, failed or are missing: nothing is dropped silently. A cell with no
+finished run shows its status instead of a number.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from wdrbo_dist.analysis.load import CELL, FAILED, FINISHED, MISSING, StudyData
+from wdrbo_dist.analysis.statistics import (
+    average_ranks,
+    holm,
+    mean_se,
+    paired_wilcoxon,
+    significant_digits_format,
+)
+
+REFERENCE_ALGORITHM = "wdrbo"
+ALPHA = 0.05
+
+# Display names as in the paper.
+ALGORITHM_NAMES = {
+    "wdrbo": "WDRBO", "erbo": "ERBO", "gp-ucb": "GP-UCB", "sbo-kde": "SBO-KDE",
+    "drbo-kde": "DRBO-KDE", "drbo-mmd": "DRBO-MMD", "drbo-mmd-minimax": "DRBO-MMD Minimax",
+    "stableopt": "StableOpt",
+}
+PROBLEM_NAMES = {
+    "ackley": "Ackley", "hartmann": "Hartmann", "modified-branin": "Modified Branin",
+    "newsvendor": "Newsvendor", "portfolio-uniform": "Portfolio (Uniform)",
+    "portfolio-normal": "Portfolio (Normal)", "three-hump-camel": "Three-Hump Camel",
+    "six-hump-camel": "Six-Hump Camel", "toy-general": "General setting (toy)",
+}
+
+
+def algorithm_name(name: str) -> str:
+    return ALGORITHM_NAMES.get(name, name)
+
+
+def problem_name(name: str) -> str:
+    return PROBLEM_NAMES.get(name, name)
+
+
+# --- cell status -----------------------------------------------------------------------------------
+
+
+def cell_counts(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (fidelity, problem, algorithm): expected, finished, failed and missing run counts."""
+    counts = (
+        runs.assign(n=1)
+        .pivot_table(index=CELL, columns="status", values="n", aggfunc="sum", fill_value=0, observed=True)
+        .reindex(columns=[FINISHED, FAILED, MISSING], fill_value=0)
+    )
+    counts.columns = ["n_finished", "n_failed", "n_missing"]
+    counts.insert(0, "n_expected", counts.sum(axis=1))
+    return counts.astype(int).reset_index()
+
+
+def status_note(n_expected: int, n_finished: int, n_failed: int, n_missing: int) -> str:
+    """'' for a complete cell, else e.g. '13/15; 1 failed, 1 missing'."""
+    if n_finished == n_expected:
+        return ""
+    parts = [f"{n} {label}" for n, label in ((n_failed, "failed"), (n_missing, "missing")) if n]
+    return f"{n_finished}/{n_expected}; " + ", ".join(parts)
+
+
+def cell_text(mean: float, se: float, counts: pd.Series) -> str:
+    """'mean ± se', with the status of incomplete cells appended, or the status alone."""
+    n_exp, n_fin = int(counts["n_expected"]), int(counts["n_finished"])
+    n_fail, n_miss = int(counts["n_failed"]), int(counts["n_missing"])
+    if n_fin == 0:
+        if n_fail and not n_miss:
+            return f"FAILED ({n_fail}/{n_exp})"
+        if n_miss and not n_fail:
+            return f"MISSING ({n_miss}/{n_exp})"
+        return f"NO RUNS ({n_fail} failed, {n_miss} missing)"
+    note = status_note(n_exp, n_fin, n_fail, n_miss)
+    text = significant_digits_format(mean, se)
+    return f"{text} [{note}]" if note else text
+
+
+# --- final cumulative regret -------------------------------------------------------------------------
+
+
+def _cell_mean_se(runs: pd.DataFrame, value: str, prefix: str) -> pd.DataFrame:
+    rows = []
+    for key, group in runs.groupby(CELL, sort=False, observed=True):
+        finished = group.loc[group["status"] == FINISHED, value]
+        stat = mean_se(finished)
+        rows.append({**dict(zip(CELL, key)), f"{prefix}_mean": stat.mean, f"{prefix}_se": stat.se})
+    return pd.DataFrame(rows, columns=[*CELL, f"{prefix}_mean", f"{prefix}_se"])
+
+
+def final_regret_long(data: StudyData) -> pd.DataFrame:
+    """Per cell: run counts and mean ± SE over seeds of the final cumulative regret."""
+    counts = cell_counts(data.runs)
+    stats = _cell_mean_se(data.runs, "final_cumulative_regret", "final_cumulative_regret")
+    return counts.merge(stats, on=CELL, how="left")
+
+
+def _ordered_wide(long: pd.DataFrame, text: pd.Series, data: StudyData, fidelity: str) -> pd.DataFrame:
+    frame = long.assign(text=text)
+    frame = frame[frame["fidelity"] == fidelity]
+    wide = frame.pivot(index="problem", columns="algorithm", values="text")
+    wide = wide.reindex(index=[p for p in data.problems if p in wide.index],
+                        columns=[a for a in data.algorithms if a in wide.columns])
+    wide = wide.fillna("— (not in study)")
+    wide.index = [problem_name(p) for p in wide.index]
+    wide.columns = [algorithm_name(a) for a in wide.columns]
+    wide.index.name = "problem"
+    return wide
+
+
+def final_regret_wide(data: StudyData, long: pd.DataFrame, fidelity: str) -> pd.DataFrame:
+    """The main table: problems x algorithms, 'mean ± SE' of the final cumulative regret."""
+    text = long.apply(
+        lambda r: cell_text(r["final_cumulative_regret_mean"], r["final_cumulative_regret_se"], r), axis=1
+    )
+    return _ordered_wide(long, text, data, fidelity)
+
+
+# --- time (the paper's Tables 1-2) ----------------------------------------------------------------------
+
+TIME_PARTS = {
+    "wall_time_s": "total",
+    "algorithm_s": "fit + acquisition",
+    "time_fit_s": "GP fit",
+    "time_acquisition_s": "acquisition",
+    "inner_solve_s": "of which inner solves",
+    "time_truth_s": "truth (QMC, book-keeping)",
+    "other_s": "other",
+}
+
+
+def time_long(data: StudyData) -> pd.DataFrame:
+    """Per cell: mean ± SE seconds per run, total and split (fit / acquisition / inner / truth)."""
+    runs = data.runs.copy()
+    runs["algorithm_s"] = runs["time_fit_s"] + runs["time_acquisition_s"]
+    runs["other_s"] = (runs["wall_time_s"] - runs["algorithm_s"] - runs["time_truth_s"]).clip(lower=0.0)
+    out = cell_counts(runs)
+    for column in TIME_PARTS:
+        out = out.merge(_cell_mean_se(runs, column, column.removesuffix("_s") + "_s"), on=CELL, how="left")
+    return out
+
+
+def time_wide(data: StudyData, long: pd.DataFrame, fidelity: str) -> pd.DataFrame:
+    """The paper's layout: algorithms x problems, total seconds per run as mean ± SE."""
+    text = long.apply(lambda r: cell_text(r["wall_time_s_mean"], r["wall_time_s_se"], r), axis=1)
+    return _ordered_wide(long, text, data, fidelity).T.rename_axis("algorithm")
+
+
+def time_split(data: StudyData, long: pd.DataFrame, fidelity: str) -> pd.DataFrame:
+    """Rows problem x algorithm, one column per time component (mean ± SE seconds)."""
+    frame = long[long["fidelity"] == fidelity]
+    rows = []
+    for problem in data.problems:
+        for algorithm in data.algorithms:
+            match = frame[(frame["problem"] == problem) & (frame["algorithm"] == algorithm)]
+            if match.empty:
+                continue
+            r = match.iloc[0]
+            row = {"problem": problem_name(problem), "algorithm": algorithm_name(algorithm),
+                   "runs": status_note(int(r["n_expected"]), int(r["n_finished"]), int(r["n_failed"]),
+                                       int(r["n_missing"])) or f"{int(r['n_finished'])}/{int(r['n_expected'])}"}
+            for column, label in TIME_PARTS.items():
+                row[label] = (significant_digits_format(r[f"{column}_mean"], r[f"{column}_se"])
+                              if r["n_finished"] else "—")
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["problem", "algorithm"]) if rows else pd.DataFrame()
+
+
+# --- ranks ---------------------------------------------------------------------------------------------
+
+
+def rank_long(data: StudyData) -> pd.DataFrame:
+    """Average rank (1 = lowest final cumulative regret) per problem, and overall.
+
+    Per problem, each seed is a block: the algorithms are ranked within it (ties averaged) and
+    the ranks averaged over the seeds where every algorithm finished (n_blocks; incomplete
+    seeds are not ranked). Overall: the mean of an algorithm's per-problem average ranks over
+    the problems that have at least one complete block (n_problems).
+    """
+    rows = []
+    for fidelity in data.fidelities:
+        runs = data.runs[(data.runs["fidelity"] == fidelity)]
+        per_problem: dict[str, pd.Series] = {}
+        for problem in data.problems:
+            sub = runs[runs["problem"] == problem]
+            if sub.empty:
+                continue
+            matrix = sub.pivot(index="seed", columns="algorithm", values="final_cumulative_regret")
+            matrix = matrix.reindex(columns=[a for a in data.algorithms if a in matrix.columns])
+            ranks, n_blocks = average_ranks(matrix)
+            per_problem[problem] = ranks
+            for algorithm, value in ranks.items():
+                rows.append({"fidelity": fidelity, "problem": problem, "algorithm": algorithm,
+                             "average_rank": float(value), "n_blocks": n_blocks, "n_seeds": len(matrix)})
+        if per_problem:
+            table = pd.DataFrame(per_problem).T  # problems x algorithms
+            for algorithm in table.columns:
+                column = table[algorithm].dropna()
+                rows.append({"fidelity": fidelity, "problem": "overall", "algorithm": algorithm,
+                             "average_rank": float(column.mean()) if len(column) else math.nan,
+                             "n_blocks": int(len(column)), "n_seeds": int(len(table))})
+    return pd.DataFrame(rows, columns=["fidelity", "problem", "algorithm", "average_rank", "n_blocks", "n_seeds"])
+
+
+def rank_wide(data: StudyData, long: pd.DataFrame, fidelity: str) -> pd.DataFrame:
+    """Problems (+ overall) x algorithms; rows without complete blocks say so."""
+    frame = long[long["fidelity"] == fidelity]
+    rows = {}
+    for problem in [*data.problems, "overall"]:
+        sub = frame[frame["problem"] == problem]
+        if sub.empty:
+            continue
+        n_blocks, n_seeds = int(sub["n_blocks"].iloc[0]), int(sub["n_seeds"].iloc[0])
+        unit = "problems" if problem == "overall" else "complete seeds"
+        row = {algorithm_name(r.algorithm): ("n/a" if not math.isfinite(r.average_rank) else f"{r.average_rank:.2f}")
+               for r in sub.itertuples()}
+        row["based on"] = f"{n_blocks}/{n_seeds} {unit}"
+        rows["Overall" if problem == "overall" else problem_name(problem)] = row
+    wide = pd.DataFrame.from_dict(rows, orient="index")
+    wide.index.name = "problem"
+    return wide
+
+
+# --- paired tests --------------------------------------------------------------------------------------
+
+
+def wilcoxon_long(data: StudyData, reference: str = REFERENCE_ALGORITHM, alpha: float = ALPHA) -> pd.DataFrame:
+    """WDRBO vs each baseline per problem: paired (same seeds) Wilcoxon signed-rank tests.
+
+    The Holm family is every (problem, baseline) test of one fidelity profile. Differences are
+    baseline - WDRBO, so wins, a positive median difference and a positive rank-biserial
+    correlation favour WDRBO. Seeds where either side did not finish are not paired
+    (n_unpaired); a test without pairs has p = NaN and is shown, not dropped.
+    """
+    columns = ["fidelity", "problem", "reference", "baseline", "n_pairs", "n_unpaired", "wins", "ties",
+               "losses", "median_difference", "statistic", "pvalue", "pvalue_holm", "rank_biserial",
+               "significant"]
+    rows = []
+    for fidelity in data.fidelities:
+        runs = data.runs[data.runs["fidelity"] == fidelity]
+        if reference not in set(runs["algorithm"]):
+            continue
+        block = []
+        for problem in data.problems:
+            sub = runs[runs["problem"] == problem]
+            if sub.empty or reference not in set(sub["algorithm"]):
+                continue
+            matrix = sub.pivot(index="seed", columns="algorithm", values="final_cumulative_regret")
+            for baseline in [a for a in data.algorithms if a in matrix.columns and a != reference]:
+                pair = matrix[[reference, baseline]]
+                result = paired_wilcoxon(pair[reference].to_numpy(), pair[baseline].to_numpy())
+                block.append({
+                    "fidelity": fidelity, "problem": problem, "reference": reference, "baseline": baseline,
+                    "n_pairs": result.n_pairs, "n_unpaired": int(len(pair) - result.n_pairs),
+                    "wins": result.wins, "ties": result.ties, "losses": result.losses,
+                    "median_difference": result.median_difference, "statistic": result.statistic,
+                    "pvalue": result.pvalue, "rank_biserial": result.rank_biserial,
+                })
+        adjusted = holm([r["pvalue"] for r in block])
+        for row, p_adj in zip(block, adjusted):
+            row["pvalue_holm"] = float(p_adj)
+            row["significant"] = bool(np.isfinite(p_adj) and p_adj < alpha)
+        rows.extend(block)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _p(value: float) -> str:
+    if not math.isfinite(value):
+        return "n/a"
+    return f"{value:.2e}" if value < 1e-3 else f"{value:.3f}"
+
+
+def wilcoxon_display(long: pd.DataFrame, fidelity: str) -> pd.DataFrame:
+    """The test table for humans: one row per problem x baseline."""
+    frame = long[long["fidelity"] == fidelity]
+    rows = []
+    for r in frame.itertuples():
+        verdict = "n/a (no pairs)" if r.n_pairs == 0 else (
+            f"{algorithm_name(r.reference)} {'better' if r.rank_biserial > 0 else 'worse'}"
+            if r.significant else "not significant"
+        )
+        rows.append({
+            "problem": problem_name(r.problem),
+            "baseline": algorithm_name(r.baseline),
+            "pairs": f"{r.n_pairs}" + (f" ({r.n_unpaired} unpaired)" if r.n_unpaired else ""),
+            "W/T/L": f"{r.wins}/{r.ties}/{r.losses}",
+            "median diff.": "n/a" if not math.isfinite(r.median_difference) else f"{r.median_difference:.4g}",
+            "rank-biserial r": "n/a" if not math.isfinite(r.rank_biserial) else f"{r.rank_biserial:+.2f}",
+            "p": _p(r.pvalue),
+            "p (Holm)": _p(r.pvalue_holm),
+            "verdict (α=0.05)": verdict,
+        })
+    return pd.DataFrame(rows).set_index(["problem", "baseline"]) if rows else pd.DataFrame()
+
+
+# --- failures ------------------------------------------------------------------------------------------
+
+
+def problems_list(data: StudyData) -> pd.DataFrame:
+    """Every failed or missing run, with the last line of its error."""
+    bad = data.runs[data.runs["status"] != FINISHED]
+    return bad[[*CELL, "seed", "status", "label", "run_key", "error"]].reset_index(drop=True)
+
+
+# --- rendering -----------------------------------------------------------------------------------------
+
+
+def _escape_md(value: object) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(frame: pd.DataFrame, index: bool = True) -> str:
+    """A GitHub-flavoured markdown table (no `tabulate` dependency)."""
+    if frame.empty:
+        return "_(no rows)_\n"
+    flat = frame.reset_index() if index else frame
+    header = [_escape_md(c) for c in flat.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for row in flat.itertuples(index=False):
+        lines.append("| " + " | ".join(_escape_md(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Tables:
+    """All summary tables of a study: long frames for CSV, display frames per fidelity."""
+
+    final_regret: pd.DataFrame
+    time: pd.DataFrame
+    ranks: pd.DataFrame
+    wilcoxon: pd.DataFrame
+    problems: pd.DataFrame
+    display: dict[str, dict[str, pd.DataFrame]]  # fidelity -> title -> display frame
+
+    def csv_frames(self) -> dict[str, pd.DataFrame]:
+        return {
+            "final_cumulative_regret": self.final_regret,
+            "time_per_run": self.time,
+            "average_ranks": self.ranks,
+            "wilcoxon": self.wilcoxon,
+            "failed_or_missing_runs": self.problems,
+        }
+
+
+MAIN_TITLE = "Final cumulative regret (mean ± SE over seeds)"
+
+
+def build_tables(data: StudyData, reference: str = REFERENCE_ALGORITHM) -> Tables:
+    final = final_regret_long(data)
+    time = time_long(data)
+    ranks = rank_long(data)
+    tests = wilcoxon_long(data, reference=reference)
+    display: dict[str, dict[str, pd.DataFrame]] = {}
+    for fidelity in data.fidelities:
+        display[fidelity] = {
+            MAIN_TITLE: final_regret_wide(data, final, fidelity),
+            "Average rank (1 = lowest final cumulative regret)": rank_wide(data, ranks, fidelity),
+            f"{algorithm_name(reference)} vs each baseline: paired Wilcoxon signed-rank tests, Holm-corrected": wilcoxon_display(tests, fidelity),
+            "Time per run in seconds (mean ± SE; the paper's Tables 1-2)": time_wide(data, time, fidelity),
+            "Time per run split by component (seconds, mean ± SE)": time_split(data, time, fidelity),
+        }
+    return Tables(final, time, ranks, tests, problems_list(data), display)
+
+
+def markdown_report(data: StudyData, tables: Tables, fidelities: Sequence[str] | None = None) -> str:
+    """All display tables as one markdown document."""
+    counts = data.counts()
+    lines = [
+        f"# Study `{data.name}`",
+        "",
+        f"Metric: {data.metric.description}.",
+        f"Runs: {counts['expected']} expected, {counts['finished']} finished, "
+        f"{counts['failed']} failed, {counts['missing']} missing.",
+        "",
+    ]
+    for fidelity in fidelities or data.fidelities:
+        for title, frame in tables.display[fidelity].items():
+            lines += [f"## {title} — fidelity `{fidelity}`", "", to_markdown(frame)]
+    lines += ["## Failed or missing runs", ""]
+    problems = tables.problems
+    if problems.empty:
+        lines.append("None: every expected run finished.\n")
+    else:
+        lines.append(to_markdown(problems[["label", "fidelity", "status", "error"]], index=False))
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""The analysis commands of `wdrbo-dist`: summarize and report (loaded by cli.build_parser)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from wdrbo_dist.cli import UsageError
+
+METRICS = ("regret", "regret_reference")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="a study YAML file, e.g. configs/quick.yaml")
+    p.add_argument("--metric", default="regret",
+                   help="regret (against the exact optimum, default) | regret_reference (the published constants)")
+    p.add_argument("--exclude-initial", action="store_true",
+                   help="leave the initial design out of the cumulative regret")
+    p.add_argument("--compare", metavar="CONFIG",
+                   help="the same study in the other fidelity profile: shown side by side")
+    p.add_argument("--dashboards", default="dashboards",
+                   help="folder holding one sub-folder per study (default: dashboards)")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("summarize", help="summary tables (CSV + markdown) of a study, from its parquet store")
+    _common(p)
+    p.set_defaults(handler=cmd_summarize)
+    p = sub.add_parser("report", help="the HTML dashboard of a study; also logged to its MLflow parent run")
+    _common(p)
+    p.add_argument("--no-mlflow", action="store_true", help="write the dashboard only, log nothing to MLflow")
+    p.set_defaults(handler=cmd_report)
+
+
+def _load_data(args: argparse.Namespace):
+    from wdrbo_dist.analysis.load import Metric, load_study
+    from wdrbo_dist.config import ConfigError, load_study_config
+
+    if args.metric not in METRICS:
+        raise UsageError(f"--metric must be one of {', '.join(METRICS)}, got {args.metric!r}")
+    studies = []
+    for path in [args.config] + ([args.compare] if args.compare else []):
+        try:
+            studies.append(load_study_config(path, validate_runs=False))
+        except ConfigError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+    if len(studies) == 2 and studies[0].fidelity == studies[1].fidelity:
+        raise UsageError(
+            f"--compare must name a study in the other fidelity profile; both are {studies[0].fidelity!r}"
+        )
+    data = load_study(studies, Metric(column=args.metric, include_initial=not args.exclude_initial))
+    return studies[0], data
+
+
+def cmd_summarize(args: argparse.Namespace) -> int:
+    from wdrbo_dist.analysis.report import main_table_text, study_folder, summarize
+
+    study, data = _load_data(args)
+    folder = study_folder(Path(args.dashboards), study.name)
+    tables, files = summarize(data, folder)
+    print(main_table_text(data, tables))
+    print(f"tables: {files.summary} and {len(files.tables)} files in {files.folder / 'tables'}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from wdrbo_dist.analysis.report import MlflowUnavailable, build_report, log_to_mlflow, main_table_text, study_folder
+
+    study, data = _load_data(args)
+    folder = study_folder(Path(args.dashboards), study.name)
+    source = str(study.source) if study.source else args.config
+    tables, files = build_report(data, folder, source=source)
+    print(main_table_text(data, tables))
+    if args.no_mlflow:
+        pass
+    elif not study.tracking_enabled:
+        print("MLflow: tracking_uri is none; nothing logged", file=sys.stderr)
+    else:
+        try:
+            ids = log_to_mlflow(study.tracking_uri, study.name, data, tables, files, study.fidelity)
+        except MlflowUnavailable as exc:
+            print(f"MLflow: {exc}; nothing logged", file=sys.stderr)
+        else:
+            print(f"MLflow: dashboard logged to parent run {ids['parent_run_id']} and "
+                  f"{len(ids['aggregate_run_ids'])} aggregate runs (tag role=aggregate) in {study.tracking_uri}")
+    print(f"dashboard: {files.page.resolve()}")
+    return 0
