@@ -1,0 +1,56 @@
+"""The test-problem registry: a problem is one module plus one line in `PROBLEMS`."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from wdrbo_dist.problems.ackley import Ackley
+from wdrbo_dist.problems.base import FIDELITIES, CentreDistribution, Fidelity, Observation, Problem
+from wdrbo_dist.problems.branin import ModifiedBranin
+from wdrbo_dist.problems.camel import SixHumpCamel, ThreeHumpCamel
+from wdrbo_dist.problems.hartmann import Hartmann
+from wdrbo_dist.problems.newsvendor import Newsvendor
+from wdrbo_dist.problems.portfolio import PortfolioNormal, PortfolioUniform
+from wdrbo_dist.problems.toy import ToyGeneral
+
+PROBLEMS: dict[str, type[Problem]] = {
+    cls.name: cls
+    for cls in (
+        Ackley,
+        Hartmann,
+        ModifiedBranin,
+        Newsvendor,
+        PortfolioUniform,
+        PortfolioNormal,
+        ThreeHumpCamel,
+        SixHumpCamel,
+        ToyGeneral,
+    )
+}
+
+
+def problem_names() -> list[str]:
+    """The registered problem names, in registry order."""
+    return list(PROBLEMS)
+
+
+def make_problem(name: str, fidelity: str = "paper") -> Problem:
+    """A fresh instance of the problem registered as `name`, in fidelity profile "paper" or
+    "reference" (anything else raises ValueError)."""
+    try:
+        cls = PROBLEMS[name]
+    except KeyError:
+        raise ValueError(f"unknown problem {name!r}; allowed: {', '.join(PROBLEMS)}") from None
+    return cls(cast(Fidelity, fidelity))  # Problem.__init__ validates the profile
+
+
+__all__ = [
+    "FIDELITIES",
+    "PROBLEMS",
+    "CentreDistribution",
+    "Fidelity",
+    "Observation",
+    "Problem",
+    "make_problem",
+    "problem_names",
+]
