@@ -1,0 +1,105 @@
+"""The result store: layout, atomic writes, finished / failed keys, and reading back."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from wdrbo_dist.records import CORE_COLUMNS
+from wdrbo_dist.run import RunResult, RunSpec
+from wdrbo_dist.store import ResultStore, spec_from_dict, write_parquet_atomic
+
+
+def records(n: int = 7, seed: int = 0) -> pd.DataFrame:
+    """A records frame of the schema's columns (values are arbitrary test data)."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({c: rng.random(n) for c in CORE_COLUMNS})
+    frame["step"] = np.arange(1, n + 1)
+    frame["is_initial"] = frame["step"] <= 5
+    frame["x_0"] = rng.random(n)
+    frame["c_0"] = rng.random(n)
+    return frame
+
+
+def spec(seed: int = 1, **kw) -> RunSpec:
+    return RunSpec.make(options={"beta": 2.0}, algorithm="erbo", problem="newsvendor", seed=seed,
+                        evaluations=7, init_size=5, study="unit", **kw)
+
+
+def finished(s: RunSpec) -> RunResult:
+    return RunResult(spec=s, status="FINISHED", records=records(seed=s.seed), wall_time_s=1.5, started_at=100.0)
+
+
+def failed(s: RunSpec) -> RunResult:
+    return RunResult(spec=s, status="FAILED", error="Traceback (most recent call last):\nValueError: boom\n")
+
+
+def test_layout_and_meta_of_a_finished_run(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path)
+    result = finished(spec())
+    key = result.spec.run_key
+    store.save(result)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [f"{key}.json", f"{key}.parquet"]
+    assert store.finished_keys() == {key} and store.failed_keys() == set()
+    pd.testing.assert_frame_equal(store.read_records(key), result.records)
+    meta = store.read_meta(key)
+    assert meta["run_key"] == key and meta["label"] == "newsvendor|erbo|s1" and meta["status"] == "FINISHED"
+    assert meta["spec"]["options"] == {"beta": 2.0} and meta["spec"]["study"] == "unit"
+    assert spec_from_dict(meta["spec"]) == result.spec
+    assert meta["summary"] == pytest.approx(result.summary())
+    assert meta["error"] is None and meta["rows"] == 7
+    back = store.read_result(key)
+    assert back.spec == result.spec and back.ok and back.wall_time_s == 1.5
+
+
+def test_a_failure_is_kept_apart_and_cleared_when_the_run_later_finishes(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path)
+    s = spec(seed=2)
+    store.save(failed(s))
+    assert store.failed_keys() == {s.run_key} and store.finished_keys() == set()
+    meta = store.read_meta(s.run_key)
+    assert meta["status"] == "FAILED" and "ValueError: boom" in meta["error"]
+    store.save(finished(s))
+    assert store.finished_keys() == {s.run_key} and store.failed_keys() == set()
+    assert not store.failed_path(s.run_key).exists()
+    # A later failure of the same key keeps the finished result (equal keys, equal records).
+    store.save(failed(s))
+    assert store.finished_keys() == {s.run_key} and store.failed_keys() == set()
+
+
+def test_a_parquet_without_its_json_is_not_finished(tmp_path: Path) -> None:
+    """The json is written last: a crash between the two leaves a run that is simply redone."""
+    store = ResultStore(tmp_path)
+    s = spec(seed=3)
+    write_parquet_atomic(records(), store.records_path(s.run_key))
+    assert store.finished_keys() == set() and not store.is_finished(s.run_key)
+
+
+def test_a_failed_write_leaves_no_partial_file(tmp_path: Path) -> None:
+    bad = pd.DataFrame({"x": [object()]})  # pyarrow cannot write this
+    target = tmp_path / "runs" / "k.parquet"
+    with pytest.raises(Exception):
+        write_parquet_atomic(bad, target)
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_an_empty_or_missing_folder_has_no_runs(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path / "nowhere")
+    assert store.finished_keys() == set() and store.failed_keys() == set()
+    with pytest.raises(FileNotFoundError):
+        store.read_meta("0123456789abcdef")
+
+
+def test_temporary_files_are_not_mistaken_for_runs(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path)
+    store.save(finished(spec(seed=4)))
+    (tmp_path / "runs" / ".abc.parquet.x.tmp").write_bytes(b"partial")
+    (tmp_path / "runs" / ".abc.json.y.tmp").write_text("{")
+    assert store.finished_keys() == {spec(seed=4).run_key}
+    assert json.loads(store.meta_path(spec(seed=4).run_key).read_text())["status"] == "FINISHED"
+    assert os.access(store.records_path(spec(seed=4).run_key), os.R_OK)

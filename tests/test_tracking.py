@@ -1,0 +1,102 @@
+"""MLflow tracking on a real sqlite store: study parent run, child runs, catching up, orphans."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from test_store import failed, finished, spec
+from wdrbo_dist.config import parse_study_config
+from wdrbo_dist.store import ResultStore
+from wdrbo_dist.tracking import STEP_METRICS, StudyTracker, TrackingError, check_tracking_uri, log_child_run
+
+STUDY = {"name": "unit", "problems": ["newsvendor"], "algorithms": [{"name": "erbo", "options": {"beta": 2.0}}],
+         "seeds": [1, 2, 3], "evaluations": 7, "init_size": 5, "tracking_uri": "none"}
+
+
+@pytest.fixture()
+def tracked(tmp_path: Path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    check_tracking_uri(uri)  # creates the database
+    study = parse_study_config(STUDY | {"output_dir": str(tmp_path / "out")})
+    tracker = StudyTracker(uri, "unit")
+    tracker.start(study, yaml.safe_dump(STUDY), {"backend": "serial"})
+    return tracker, study, ResultStore(study.output_dir), MlflowClient(uri)
+
+
+def children(client: MlflowClient, tracker: StudyTracker) -> list:
+    return client.search_runs([tracker.experiment_id], filter_string="tags.role = 'run'")
+
+
+def test_a_finished_run_becomes_a_complete_child_run(tracked) -> None:
+    tracker, study, store, client = tracked
+    result = finished(spec(seed=1))
+    store.save(result)
+    run_id = tracker.record(result, None, store.records_path(result.spec.run_key))
+    run = client.get_run(run_id)
+    assert run.info.run_name == "newsvendor|erbo|s1" and run.info.status == "FINISHED"
+    tags = run.data.tags
+    assert tags["mlflow.parentRunId"] == tracker.parent_run_id
+    assert {k: tags[k] for k in ("role", "run_key", "problem", "algorithm", "seed", "fidelity", "evaluations", "init_size")} == {
+        "role": "run", "run_key": result.spec.run_key, "problem": "newsvendor", "algorithm": "erbo", "seed": "1",
+        "fidelity": "paper", "evaluations": "7", "init_size": "5"}
+    assert run.data.params["beta"] == "2.0" and run.data.params["num_restarts"]  # options, defaults included
+    for key in STEP_METRICS:
+        history = client.get_metric_history(run_id, key)
+        assert [m.step for m in history] == list(range(1, 8))
+    assert [m.value for m in client.get_metric_history(run_id, "regret")] == pytest.approx(result.records["regret"].tolist())
+    assert run.data.metrics["final_cumulative_regret"] == pytest.approx(result.records["cumulative_regret"].iloc[-1])
+    assert {"wall_time_s", "total_time_fit_s", "total_time_acquisition_s", "final_best_y"} <= set(run.data.metrics)
+    assert [a.path for a in client.list_artifacts(run_id)] == ["records.parquet"]
+    parent = client.get_run(tracker.parent_run_id)
+    assert parent.data.tags["role"] == "study" and parent.data.params["backend"] == "serial"
+    assert [a.path for a in client.list_artifacts(tracker.parent_run_id)] == ["study.yaml"]
+
+
+def test_a_failed_run_carries_its_traceback(tracked) -> None:
+    tracker, _, store, client = tracked
+    result = failed(spec(seed=2))
+    store.save(result)
+    run = client.get_run(tracker.record(result, None, None))
+    assert run.info.status == "FAILED" and run.data.tags["error"] == "ValueError: boom"
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["traceback.txt"]
+
+
+def test_reconcile_logs_what_the_store_has_and_kills_orphans_once(tracked) -> None:
+    tracker, study, store, client = tracked
+    keys = [r.run_key for r in study.runs]
+    # A driver died after the store had two results and before the tracker knew of them, and
+    # a worker died while logging a third one (a RUNNING child run that will never end).
+    for seed in (1, 2):
+        store.save(finished(spec(seed=seed)))
+    orphan = log_child_run(client, tracker.experiment_id, tracker.parent_run_id, finished(spec(seed=3)))
+    assert tracker.reconcile(store, keys) == (2, 1)
+    assert client.get_run(orphan).info.status == "KILLED"
+    assert tracker.reconcile(store, keys) == (0, 0)  # idempotent
+    statuses = sorted((r.data.tags["seed"], r.info.status) for r in children(client, tracker))
+    assert statuses == [("1", "FINISHED"), ("2", "FINISHED"), ("3", "KILLED")]
+
+
+def test_a_resumed_study_reuses_its_experiment_and_parent_run(tracked) -> None:
+    tracker, study, _, client = tracked
+    tracker.end("FINISHED", {"runs_finished_total": 0.0})
+    again = StudyTracker(tracker.uri, "unit")
+    again.start(study, "name: unit\n")
+    assert (again.experiment_id, again.parent_run_id) == (tracker.experiment_id, tracker.parent_run_id)
+    assert client.get_run(again.parent_run_id).info.status == "RUNNING"
+    assert len(client.search_runs([tracker.experiment_id], filter_string="tags.role = 'study'")) == 1
+
+
+def test_unreachable_or_unusable_stores_fail_fast_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once the socket is closed
+    with pytest.raises(TrackingError, match=rf"^tracking_uri http://127.0.0.1:{port}: no MLflow server answers"):
+        check_tracking_uri(f"http://127.0.0.1:{port}", timeout_s=2)
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(TrackingError, match="cannot create folder"):
+        check_tracking_uri(f"sqlite:///{tmp_path}/file/sub/mlflow.db")
