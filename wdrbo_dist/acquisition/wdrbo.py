@@ -39,27 +39,33 @@ class WassersteinUCB(Acquisition):
         self.beta = beta
         self.detach_lipschitz = detach_lipschitz
         self.dim_x = model.dim - nodes.shape[-1]
+        # The contexts are fixed for the whole maximisation: build their side once.
+        self._mean_features = model.context_features(nodes)
+        self._all_features = (
+            model.context_features(nodes, lipschitz_points) if radius > 0 and lipschitz_points is not None else None
+        )
 
     def expected_ucb(self, x: Tensor) -> Tensor:
-        return self.model.ucb(context_pairs(x, self.nodes), self.beta) @ self.weights
+        ucb, _ = self.model.ucb_from_features(x, self._mean_features, self.beta)
+        return ucb @ self.weights
 
     def lipschitz(self, x: Tensor) -> Tensor:
         """L(x): the largest context-gradient norm of the UCB over the Lipschitz points."""
         assert self.lipschitz_points is not None
-        pairs = context_pairs(x, self.lipschitz_points)
-        _, grad = self.model.ucb_and_gradient(pairs, self.beta, slice(self.dim_x, None))
+        _, grad = self.model.ucb_pairs(x, self.nodes[:0], self.beta, gradient_contexts=self.lipschitz_points)
+        assert grad is not None
         return grad.norm(dim=-1).amax(dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
-        value = self.expected_ucb(x)
-        if self.radius > 0 and self.lipschitz_points is not None:
-            if self.detach_lipschitz:
-                with torch.no_grad():
-                    penalty = self.lipschitz(x.detach())
-            else:
-                penalty = self.lipschitz(x)
-            value = value - self.radius * penalty
-        return value
+        if self._all_features is None:
+            return self.expected_ucb(x)
+        # One pass shares the candidate-side work between the mean term and L(x).
+        ucb, grad = self.model.ucb_from_features(x, self._all_features, self.beta)
+        assert grad is not None
+        penalty = grad.norm(dim=-1).amax(dim=-1)
+        if self.detach_lipschitz:
+            penalty = penalty.detach()
+        return ucb @ self.weights - self.radius * penalty
 
 
 class WDRBO(Algorithm):

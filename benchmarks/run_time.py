@@ -1,0 +1,76 @@
+"""Seconds per 100-evaluation run, per algorithm, on Ackley and Modified Branin (seed 100).
+
+Prints the wall time of each run and its split into GP fit, acquisition maximisation (inner
+solves included, also shown on their own) and truth evaluation, then the ratios the issues
+name as targets. One torch thread and one BLAS thread, as a Ray task with num_cpus=1 runs.
+
+    .venv/bin/python benchmarks/run_time.py                       # every algorithm
+    .venv/bin/python benchmarks/run_time.py --algorithms wdrbo erbo --problems ackley
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
+
+TARGETS = [
+    # (description, numerator, denominator, bound) on the Ackley run times
+    ("WDRBO <= 30 s per Ackley run", "wdrbo", None, 30.0),
+    ("WDRBO <= 1.3x ERBO", "wdrbo", "erbo", 1.3),
+    ("DRBO-KDE <= 1.5x SBO-KDE", "drbo-kde", "sbo-kde", 1.5),
+    ("DRBO-MMD <= 3x ERBO", "drbo-mmd", "erbo", 3.0),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS))
+    parser.add_argument("--problems", nargs="+", default=["ackley", "modified-branin"])
+    parser.add_argument("--evaluations", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=100)
+    parser.add_argument("--fidelity", default="paper")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+
+    seconds: dict[tuple[str, str], float] = {}
+    header = f"{'problem':<16} {'algorithm':<18} {'run s':>8} {'fit s':>8} {'acq s':>8} {'inner s':>8} {'truth s':>8} {'adam/step':>9}"
+    print(header)
+    print("-" * len(header))
+    for problem in args.problems:
+        for algorithm in args.algorithms:
+            spec = RunSpec.make(
+                algorithm=algorithm, problem=problem, seed=args.seed, evaluations=args.evaluations, fidelity=args.fidelity
+            )
+            start = time.perf_counter()
+            result = run_one(spec, capture_errors=False)
+            wall = time.perf_counter() - start
+            r = result.records
+            seconds[(problem, algorithm)] = wall
+            bo = r[~r.is_initial]
+            print(
+                f"{problem:<16} {algorithm:<18} {wall:8.1f} {r.time_fit_s.sum():8.1f} {r.time_acquisition_s.sum():8.1f} "
+                f"{r.inner_solve_s.sum():8.1f} {r.time_truth_s.sum():8.1f} {bo.adam_steps.mean():9.1f}",
+                flush=True,
+            )
+    print()
+    for description, numerator, denominator, bound in TARGETS:
+        if ("ackley", numerator) not in seconds or (denominator and ("ackley", denominator) not in seconds):
+            continue
+        value = seconds[("ackley", numerator)] / (seconds[("ackley", denominator)] if denominator else 1.0)
+        unit = "x" if denominator else " s"
+        print(f"{description:<32} measured {value:6.2f}{unit}  {'met' if value <= bound else 'NOT met'}")
+    for (problem, algorithm), wall in seconds.items():
+        if problem == "ackley" and wall > 60.0:
+            print(f"every Ackley run <= 60 s: {algorithm} took {wall:.1f} s  NOT met")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""WDRBO (spec 3.1) and ERBO (spec 3.2)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from wdrbo_dist.acquisition.base import BOState
+from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO, WassersteinUCB
+from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.problems import make_problem
+
+
+def _state_and_model(problem_name: str = "ackley", n: int = 12, seed: int = 0):
+    problem = make_problem(problem_name)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, problem.dim_x, generator=g, dtype=torch.float64)
+    obs = problem.observe(x, g)
+    state = BOState(x, obs.context, obs.y)
+    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g)
+    return problem, state, model
+
+
+def test_wdrbo_value_is_mean_ucb_minus_radius_times_lipschitz() -> None:
+    problem, state, model = _state_and_model()
+    algo = WDRBO(problem, "paper")
+    algo.setup(state, torch.Generator().manual_seed(1))
+    acq = algo.acquisition(model, state, torch.Generator().manual_seed(2))
+    assert acq.radius == 0.3 / math.sqrt(state.n)
+    x = torch.rand(7, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    pairs = torch.cat([x.unsqueeze(1).expand(7, state.n, 2), state.context.expand(7, state.n, 1)], -1)
+    mean_ucb = model.ucb(pairs, 1.5).mean(-1)
+    assert torch.allclose(acq(x), mean_ucb - acq.radius * acq.lipschitz(x))
+
+
+def test_lipschitz_constant_matches_finite_differences() -> None:
+    problem, state, model = _state_and_model("modified-branin", n=15)
+    algo = WDRBO(problem, "paper", {"lipschitz_points": 30})
+    algo.setup(state, torch.Generator().manual_seed(1))
+    acq = algo.acquisition(model, state, torch.Generator().manual_seed(2))
+    x = torch.rand(4, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    h = 1e-6
+    expected = []
+    for xi in x:
+        norms = []
+        for c in acq.lipschitz_points:
+            grad = []
+            for k in range(problem.dim_c):
+                up, down = c.clone(), c.clone()
+                up[k] += h
+                down[k] -= h
+                u = model.ucb(torch.cat([xi, up]).unsqueeze(0), 1.5)
+                d = model.ucb(torch.cat([xi, down]).unsqueeze(0), 1.5)
+                grad.append(float(u - d) / (2 * h))
+            norms.append(math.hypot(*grad))
+        expected.append(max(norms))
+    assert torch.allclose(acq.lipschitz(x), torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-6)
+
+
+def test_detached_lipschitz_term_adds_no_gradient() -> None:
+    problem, state, model = _state_and_model()
+    x = torch.rand(5, 2, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    grads = {}
+    for detached in (True, False):
+        algo = WDRBO(problem, "paper", {"wdrbo_L_detached": detached})
+        algo.setup(state, torch.Generator().manual_seed(1))
+        acq = algo.acquisition(model, state, torch.Generator().manual_seed(2))
+        xr = x.clone().requires_grad_(True)
+        (grads[detached],) = torch.autograd.grad(acq(xr).sum(), xr)
+    xr = x.clone().requires_grad_(True)
+    (mean_grad,) = torch.autograd.grad(acq.expected_ucb(xr).sum(), xr)
+    assert torch.allclose(grads[True], mean_grad)
+    assert not torch.allclose(grads[False], mean_grad)
+
+
+def test_erbo_is_wdrbo_at_radius_zero() -> None:
+    problem, state, model = _state_and_model()
+    erbo = ERBO(problem, "paper")
+    erbo.setup(state, torch.Generator().manual_seed(1))
+    wdrbo = WDRBO(problem, "paper", {"radius_constant": 0.0})
+    wdrbo.setup(state, torch.Generator().manual_seed(1))
+    x = torch.rand(9, 2, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    a = erbo.acquisition(model, state, torch.Generator())(x)
+    b = wdrbo.acquisition(model, state, torch.Generator())(x)
+    assert torch.equal(a, b)
+
+
+def test_general_setting_uses_the_given_centre_and_radius() -> None:
+    problem = make_problem("toy-general")
+    centre = problem.centre_distribution()
+    assert centre is not None
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(10, 1, generator=g, dtype=torch.float64)
+    obs = problem.observe(problem.decision_bounds[0] + 2 * x, g)
+    state = BOState(x, obs.context, obs.y)
+    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g)
+    algo = WDRBO(problem, "paper")
+    algo.setup(state, g)
+    acq = algo.acquisition(model, state, g)
+    assert acq.radius == centre.radius
+    assert torch.equal(acq.nodes, centre.nodes) and torch.equal(acq.weights, centre.weights)
+    assert float(centre.weights.sum()) == 1.0 or abs(float(centre.weights.sum()) - 1.0) < 1e-12
