@@ -6,6 +6,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from wdrbo_dist.acquisition.base import Algorithm
+from wdrbo_dist.acquisition.drbo_kde import DRBOKDE
+from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD
+from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax
+from wdrbo_dist.acquisition.sbo_kde import SBOKDE
+from wdrbo_dist.acquisition.stableopt import StableOpt
 from wdrbo_dist.acquisition.ucb import GPUCB
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
 from wdrbo_dist.problems.base import Problem
@@ -16,6 +21,11 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
         WDRBO,
         ERBO,
         GPUCB,
+        SBOKDE,
+        DRBOKDE,
+        DRBOMMD,
+        DRBOMMDMinimax,
+        StableOpt,
     )
 }
 
