@@ -1,0 +1,143 @@
+"""The study runner against real servers: a two-node Ray cluster (Jobs API, token auth) and an
+`mlflow server`, all on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from wdrbo_dist.config import load_study_config
+from wdrbo_dist.run import run_one
+from wdrbo_dist.store import ResultStore
+
+pytestmark = pytest.mark.integration
+
+CLI = str(Path(sys.executable).with_name("wdrbo-dist"))
+FAST = {"raw_samples": 32, "num_restarts": 2}
+
+
+def write_study(path: Path, name: str, tracking_uri: str, output_dir: Path, evaluations: int = 7,
+                seeds: list[int] | None = None, algorithms: list[str] | None = None) -> Path:
+    path.write_text(yaml.safe_dump({
+        "name": name, "problems": ["three-hump-camel", "newsvendor"],
+        "algorithms": [{"name": a, "options": FAST} for a in (algorithms or ["erbo", "gp-ucb"])],
+        "seeds": seeds or [0, 1], "evaluations": evaluations, "init_size": 5, "backend": "ray", "workers": 2,
+        "tracking_uri": tracking_uri, "output_dir": str(output_dir),
+    }))
+    return path
+
+
+def finished_once(uri: str, study_name: str) -> dict[str, list[str]]:
+    """run_key -> the statuses of its child runs in the tracking server."""
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(study_name)
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.role = 'run'", max_results=1000)
+    statuses: dict[str, list[str]] = {}
+    for run in runs:
+        statuses.setdefault(run.data.tags["run_key"], []).append(run.info.status)
+    return statuses
+
+
+def timeless(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[[c for c in frame.columns if not c.startswith("time_") and c != "inner_solve_s"]]
+
+
+def test_a_study_submitted_as_a_ray_job_is_found_in_the_store_and_the_server(ray_cluster, mlflow_server, tmp_path):
+    workdir = tmp_path / "project"
+    (workdir / ".venv").mkdir(parents=True)
+    (workdir / ".venv" / "huge.bin").write_bytes(os.urandom(1024))  # never uploaded
+    config = write_study(workdir / "study.yaml", "jobs", mlflow_server.uri, tmp_path / "out")
+    out = subprocess.run(
+        [CLI, "submit", str(config), "--address", ray_cluster.dashboard_url, "--working-dir", str(workdir)],
+        env=ray_cluster.env, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "SUCCEEDED" in out.stdout and "study jobs: 8 runs; this command: 8 finished, 0 failed" in out.stdout
+    study = load_study_config(config)
+    store = ResultStore(study.output_dir)
+    keys = {r.run_key for r in study.runs}
+    assert store.finished_keys() == keys
+    statuses = finished_once(mlflow_server.uri, "jobs")
+    assert set(statuses) == keys and all(s == ["FINISHED"] for s in statuses.values())
+    # The cluster's records are the driver's: the same spec gives the same records anywhere.
+    for spec in study.runs[:2]:
+        local = run_one(spec)
+        pd.testing.assert_frame_equal(timeless(store.read_records(spec.run_key)), timeless(local.records))
+
+
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command line, start time in clock ticks), from /proc."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        table[int(entry.name)] = (int(fields[1]), cmdline, float(fields[19]))
+    return table
+
+
+def _task_processes(cluster) -> list[tuple[int, str, float]]:
+    """(pid, label, age in s) of our cluster's Ray workers that are running one of our runs now."""
+    table = _processes()
+    ticks = os.sysconf("SC_CLK_TCK")
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    found = []
+    for pid, (_, cmdline, start) in table.items():
+        if not cmdline.startswith("ray::run "):
+            continue
+        ancestor = pid
+        while ancestor in table and ancestor not in cluster.pids and ancestor > 1:
+            ancestor = table[ancestor][0]
+        if ancestor in cluster.pids:
+            found.append((pid, cmdline[len("ray::run ") :], uptime - start / ticks))
+    return found
+
+
+def test_a_killed_worker_is_retried_and_every_run_finishes_once(ray_cluster, mlflow_server, tmp_path):
+    config = write_study(tmp_path / "study.yaml", "killed", mlflow_server.uri, tmp_path / "out",
+                         evaluations=14, seeds=[0, 1, 2], algorithms=["erbo"])
+    driver = subprocess.Popen(
+        [CLI, "run", str(config), "--address", ray_cluster.gcs_address, "--quiet"],
+        env=ray_cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    killed: tuple[int, str] | None = None
+    try:
+        deadline = time.monotonic() + 300
+        while killed is None and driver.poll() is None and time.monotonic() < deadline:
+            for pid, label, age_s in _task_processes(ray_cluster):
+                if age_s > 1.0:
+                    os.kill(pid, signal.SIGKILL)  # a worker of the cluster this test started
+                    killed = (pid, label)
+                    break
+            time.sleep(0.2)
+        output, _ = driver.communicate(timeout=600)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert killed is not None, f"no run was seen running: {output[-2000:]}"
+    assert driver.returncode == 0, output[-3000:]
+    study = load_study_config(config)
+    store = ResultStore(study.output_dir)
+    assert store.finished_keys() == {r.run_key for r in study.runs}
+    statuses = finished_once(mlflow_server.uri, "killed")
+    assert all(s.count("FINISHED") == 1 for s in statuses.values()) and len(statuses) == len(study.runs)
+    # The killed run was run again, by another process (Ray's retry), and finished.
+    pid, label = killed
+    [spec] = [s for s in study.runs if s.label in label]
+    meta = store.read_meta(spec.run_key)
+    assert meta["status"] == "FINISHED" and meta["pid"] != pid
