@@ -72,6 +72,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     source = str(study.source) if study.source else args.config
     tables, files = build_report(data, folder, source=source)
     print(main_table_text(data, tables))
+    status = 0
     if args.no_mlflow:
         pass
     elif not study.tracking_enabled:
@@ -81,8 +82,12 @@ def cmd_report(args: argparse.Namespace) -> int:
             ids = log_to_mlflow(study.tracking_uri, study.name, data, tables, files, study.fidelity)
         except MlflowUnavailable as exc:
             print(f"MLflow: {exc}; nothing logged", file=sys.stderr)
+        except Exception as exc:  # noqa: BLE001 - the dashboard is written; say why MLflow is not
+            message = " ".join(str(exc).split())[:300]
+            print(f"MLflow: logging to {study.tracking_uri} failed: {type(exc).__name__}: {message}", file=sys.stderr)
+            status = 1
         else:
             print(f"MLflow: dashboard logged to parent run {ids['parent_run_id']} and "
                   f"{len(ids['aggregate_run_ids'])} aggregate runs (tag role=aggregate) in {study.tracking_uri}")
     print(f"dashboard: {files.page.resolve()}")
-    return 0
+    return status

@@ -89,3 +89,11 @@ def test_toy_curves_optima():
     assert abs(x[np.argmax(curves["e_centre"])]) <= 0.0025
     assert abs(abs(x[np.argmax(curves["robust"])]) - 0.24007) <= 0.0025
     assert np.max(curves["e_true"]) == pytest.approx(curves["optimal_value"], abs=1e-4)
+
+
+def test_figures_of_a_study_without_finished_runs(tmp_path):
+    study = make_study(tmp_path, ["ackley", "toy-general"], ["wdrbo", "erbo"], [0, 1], evaluations=EVALS, init_size=2)
+    items = {item.key: item for item in build_figures(load_study([study]))}
+    assert "toy_general_paper" in items and "regret_vs_time_paper" not in items
+    notes = [t.text for t in items["fig2_cumulative_regret_paper"].figure.data if t.mode == "text"]
+    assert notes == [("no finished runs",)]

@@ -80,3 +80,12 @@ def test_report_without_a_parent_run_says_so(uri, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "no MLflow experiment named 'neverrun'" in captured.err
     assert (tmp_path / "dash" / "neverrun" / "index.html").is_file()
+
+
+def test_report_with_a_missing_sqlite_file_creates_nothing(tmp_path, capsys):
+    db = tmp_path / "absent" / "mlflow.db"
+    config = write_config(tmp_path, name="nodb", tracking=f"sqlite:///{db}")
+    fill_store(load_study_config(config, validate_runs=False), regret_of)
+    assert main(["report", str(config), "--dashboards", str(tmp_path / "dash")]) == 0
+    assert "no MLflow database at" in capsys.readouterr().err
+    assert not db.exists()

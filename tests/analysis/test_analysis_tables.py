@@ -156,3 +156,17 @@ def test_summarize_writes_csv_and_markdown(data, tmp_path):
     assert pd.read_csv(files.folder / "tables" / "failed_or_missing_runs.csv")["status"].value_counts().to_dict() == {
         "failed": 5, "missing": 1}
     assert "FAILED (4/4)" in files.summary.read_text()
+
+
+def test_unreadable_and_empty_stores(tmp_path):
+    study = make_study(tmp_path, ["ackley"], ["wdrbo", "erbo"], [1, 2], evaluations=EVALS, init_size=INIT)
+    nothing = build_tables(load_study([study]))  # no run at all: every cell says MISSING
+    assert nothing.display["paper"][MAIN_TITLE].loc["Ackley"].tolist() == ["MISSING (2/2)", "MISSING (2/2)"]
+    assert nothing.wilcoxon["n_pairs"].tolist() == [0]
+    store = fill_store(study, lambda s: np.full(EVALS, 0.1))
+    damaged = study.runs[0]
+    store.records_path(damaged.run_key).write_bytes(b"not a parquet file")
+    data = load_study([study])
+    row = data.runs.set_index("label").loc[damaged.label]
+    assert row["status"] == "failed" and row["error"].startswith("unreadable result:")
+    assert data.counts()["failed"] == 1

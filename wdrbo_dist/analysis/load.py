@@ -73,36 +73,43 @@ def _last_line(text: str | None) -> str:
     return lines[-1] if lines else ""
 
 
-def per_step(records: pd.DataFrame, metric: Metric) -> pd.DataFrame:
+STEP_INPUT = ("step", "is_initial", "regret", "regret_reference", "time_step_s", *TIME_COLUMNS)
+
+
+def per_step(records: pd.DataFrame, metric: Metric) -> dict[str, np.ndarray]:
     """The curves of one run: instantaneous regret r, cumulative regret R, elapsed wall time.
 
     Elapsed time counts every step (the initial design too: it is wall-clock time spent);
     R restarts after the design when the metric excludes it.
     """
     frame = records.sort_values("step")
-    elapsed = frame["time_step_s"].astype(float).cumsum()
-    keep = np.ones(len(frame), dtype=bool) if metric.include_initial else ~frame["is_initial"].astype(bool).to_numpy()
-    r = frame["regret" if metric.column == "regret" else "regret_reference"].astype(float)
-    out = pd.DataFrame(
-        {
-            "step": frame["step"].astype(int).to_numpy()[keep],
-            "is_initial": frame["is_initial"].astype(bool).to_numpy()[keep],
-            "regret": r.to_numpy()[keep],
-            "elapsed_s": elapsed.to_numpy()[keep],
-        }
-    )
-    out["cumulative_regret"] = out["regret"].cumsum()
-    return out
+    elapsed = np.cumsum(frame["time_step_s"].to_numpy(dtype=float))
+    initial = frame["is_initial"].to_numpy(dtype=bool)
+    keep = np.ones(len(frame), dtype=bool) if metric.include_initial else ~initial
+    r = frame[metric.column].to_numpy(dtype=float)[keep]
+    return {
+        "step": frame["step"].to_numpy(dtype=int)[keep],
+        "is_initial": initial[keep],
+        "regret": r,
+        "cumulative_regret": np.cumsum(r),
+        "elapsed_s": elapsed[keep],
+    }
 
 
-def _finished_row(records: pd.DataFrame, meta: dict[str, Any], metric: Metric) -> tuple[dict, pd.DataFrame]:
+def _read_records(store: ResultStore, key: str) -> pd.DataFrame:
+    """Only the columns the analysis needs (much faster than whole records for big studies)."""
+    return pd.read_parquet(store.records_path(key), columns=list(STEP_INPUT))
+
+
+def _finished_row(records: pd.DataFrame, meta: dict[str, Any], metric: Metric) -> tuple[dict, dict[str, np.ndarray]]:
     curve = per_step(records, metric)
     wall = float(meta.get("wall_time_s") or 0.0)
     if not wall > 0:
         wall = float(records["time_step_s"].sum())
+    n = len(curve["step"])
     row: dict[str, Any] = {
-        "final_cumulative_regret": float(curve["cumulative_regret"].iloc[-1]) if len(curve) else math.nan,
-        "final_regret": float(curve["regret"].iloc[-1]) if len(curve) else math.nan,
+        "final_cumulative_regret": float(curve["cumulative_regret"][-1]) if n else math.nan,
+        "final_regret": float(curve["regret"][-1]) if n else math.nan,
         "wall_time_s": wall,
         "n_steps": int(len(records)),
     }
@@ -111,13 +118,16 @@ def _finished_row(records: pd.DataFrame, meta: dict[str, Any], metric: Metric) -
     return row, curve
 
 
+STEP_COLUMNS = [*CELL, "seed", "step", "is_initial", "regret", "cumulative_regret", "elapsed_s"]
+
+
 def load_runs(
     store: ResultStore, expected: Sequence[RunSpec], metric: Metric
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rows for the expected runs (any status) and the per-step curves of the finished ones."""
     finished, failed = store.finished_keys(), store.failed_keys()
     rows: list[dict[str, Any]] = []
-    curves: list[pd.DataFrame] = []
+    curves: list[tuple[dict[str, Any], dict[str, np.ndarray]]] = []
     for spec in expected:
         key = spec.run_key
         row: dict[str, Any] = {
@@ -132,17 +142,14 @@ def load_runs(
         }
         if key in finished:
             try:
-                records = store.read_records(key)
+                records = _read_records(store, key)
                 meta = store.read_meta(key)
                 values, curve = _finished_row(records, meta, metric)
             except Exception as exc:  # a damaged file is a failure to show, not to hide
                 row.update(status=FAILED, error=f"unreadable result: {type(exc).__name__}: {exc}")
             else:
                 row.update(status=FINISHED, **values)
-                curve.insert(0, "seed", int(spec.seed))
-                for name in reversed(CELL):
-                    curve.insert(0, name, row[name])
-                curves.append(curve)
+                curves.append((row, curve))
         elif key in failed:
             try:
                 error = _last_line(store.read_meta(key).get("error")) or "failed (no error text)"
@@ -154,9 +161,24 @@ def load_runs(
                "final_regret", "wall_time_s", *TIME_COLUMNS, "n_steps"]
     runs = pd.DataFrame(rows).reindex(columns=columns)
     runs["n_steps"] = runs["n_steps"].astype("Int64")
-    step_columns = [*CELL, "seed", "step", "is_initial", "regret", "cumulative_regret", "elapsed_s"]
-    steps = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=step_columns)
-    return runs, steps.reindex(columns=step_columns)
+    return runs, _stack_curves(curves)
+
+
+def _stack_curves(curves: list[tuple[dict[str, Any], dict[str, np.ndarray]]]) -> pd.DataFrame:
+    """One frame from many runs' arrays (one concatenation, not one frame per run)."""
+    if not curves:
+        return pd.DataFrame({c: pd.Series(dtype=object if c in CELL else float) for c in STEP_COLUMNS})
+    lengths = [len(curve["step"]) for _, curve in curves]
+    data: dict[str, Any] = {}
+    for name in (*CELL, "seed"):
+        data[name] = np.repeat(np.array([row[name] for row, _ in curves], dtype=object if name in CELL else int),
+                               lengths)
+    for name in STEP_COLUMNS[len(CELL) + 1:]:
+        data[name] = np.concatenate([curve[name] for _, curve in curves])
+    frame = pd.DataFrame(data)
+    for name in CELL:
+        frame[name] = frame[name].astype(str)
+    return frame
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:
@@ -185,6 +207,7 @@ def load_study(studies: Sequence[Any], metric: Metric | None = None) -> StudyDat
     runs = runs.drop_duplicates(subset=["run_key"], keep="first").reset_index(drop=True)
     non_empty = [s for s in all_steps if not s.empty]
     steps = pd.concat(non_empty, ignore_index=True) if non_empty else all_steps[0]
+    steps = steps.reindex(columns=STEP_COLUMNS)
     steps = steps.drop_duplicates(subset=[*CELL, "seed", "step"], keep="first").reset_index(drop=True)
     return StudyData(
         name=studies[0].name,

@@ -30,7 +30,7 @@ from wdrbo_dist import __version__
 from wdrbo_dist.analysis.figures import FigureItem, build_figures
 from wdrbo_dist.analysis.load import FAILED, FINISHED, MISSING, StudyData
 from wdrbo_dist.analysis.statistics import grouped_mean_se
-from wdrbo_dist.analysis.tables import MAIN_TITLE, Tables, build_tables, markdown_report, to_markdown
+from wdrbo_dist.analysis.tables import DISPLAY_FILES, MAIN_TITLE, Tables, build_tables, markdown_report, to_markdown
 
 MAX_LISTED_PROBLEMS = 200  # failed/missing runs listed on the page (all of them are in the CSV)
 
@@ -71,9 +71,9 @@ def write_tables(data: StudyData, tables: Tables, folder: Path) -> tuple[Path, l
         frame.to_csv(path, index=False)
         written.append(path)
     for fidelity, display in tables.display.items():
-        for i, frame in enumerate(display.values()):
-            path = table_dir / f"display_{fidelity}_{i + 1}.md"
-            path.write_text(to_markdown(frame))
+        for stem, (title, frame) in zip(DISPLAY_FILES, display.items()):
+            path = table_dir / f"{stem}_{fidelity}.md"
+            path.write_text(f"# {title} — fidelity {fidelity}\n\n{to_markdown(frame)}")
             written.append(path)
     summary = folder / "summary.md"
     summary.write_text(markdown_report(data, tables))
@@ -281,6 +281,9 @@ def log_to_mlflow(tracking_uri: str, study_name: str, data: StudyData, tables: T
     from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
+    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_file():
+        # Opening a missing sqlite store would create an empty one, for nothing.
+        raise MlflowUnavailable(f"no MLflow database at {tracking_uri[len('sqlite:///'):]}")
     client = MlflowClient(tracking_uri=tracking_uri)
     experiment_id, parent_id = find_parent_run(client, study_name)
     client.log_artifacts(parent_id, str(files.folder), artifact_path="dashboard")

@@ -353,6 +353,7 @@ class Tables:
 
 
 MAIN_TITLE = "Final cumulative regret (mean ± SE over seeds)"
+DISPLAY_FILES = ("final_cumulative_regret", "average_ranks", "wilcoxon", "time_per_run", "time_split")
 
 
 def build_tables(data: StudyData, reference: str = REFERENCE_ALGORITHM) -> Tables:
