@@ -1,0 +1,110 @@
+"""The backends are interchangeable: the same tiny study gives the same records on each."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from wdrbo_dist.backends import map_tasks
+from wdrbo_dist.config import parse_study_config
+from wdrbo_dist.store import ResultStore
+from wdrbo_dist.study import make_tasks, run_study
+
+CLI = str(Path(sys.executable).with_name("wdrbo-dist"))
+FAST = {"raw_samples": 32, "num_restarts": 2}
+
+
+def tiny_study(output_dir: Path, name: str = "tiny", **changes) -> dict:
+    return {
+        "name": name, "problems": ["three-hump-camel", "newsvendor"],
+        "algorithms": [{"name": "erbo", "options": FAST}, {"name": "gp-ucb", "options": FAST}],
+        "seeds": [3], "evaluations": 7, "init_size": 5, "backend": "serial", "workers": 2,
+        "tracking_uri": "none", "output_dir": str(output_dir),
+    } | changes
+
+
+def timeless(frame: pd.DataFrame) -> pd.DataFrame:
+    """The deterministic columns (the time_* columns measure the machine, not the run)."""
+    return frame[[c for c in frame.columns if not c.startswith("time_") and c != "inner_solve_s"]]
+
+
+def test_serial_local_and_ray_give_identical_records(tmp_path: Path) -> None:
+    data = tiny_study(tmp_path / "serial")
+    serial = parse_study_config(data)
+    assert run_study(serial, progress=False, echo=lambda _: None).exit_code == 0
+    local = parse_study_config(data | {"output_dir": str(tmp_path / "local")})
+    assert run_study(local, backend="local", workers=2, progress=False, echo=lambda _: None).exit_code == 0
+    # Ray as a user starts it: the command line, a local Ray of its own (token auth, the token
+    # in the environment so that nothing is written to ~/.ray).
+    config = tmp_path / "ray.yaml"
+    config.write_text(yaml.safe_dump(data | {"output_dir": str(tmp_path / "ray")}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
+    out = subprocess.run([CLI, "run", str(config), "--backend", "ray", "--workers", "2", "--quiet"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    stores = [ResultStore(tmp_path / name) for name in ("serial", "local", "ray")]
+    keys = {r.run_key for r in serial.runs}
+    assert all(store.finished_keys() == keys for store in stores)
+    for key in keys:
+        first = timeless(stores[0].read_records(key))
+        assert len(first) == 7
+        for other in stores[1:]:
+            pd.testing.assert_frame_equal(first, timeless(other.read_records(key)))
+
+
+def test_tasks_start_longest_expected_first() -> None:
+    study = parse_study_config(tiny_study(Path("unused"), algorithms=["gp-ucb", "erbo", "wdrbo"], evaluations=9))
+    order = [t.spec.algorithm for t in make_tasks(study, study.runs, None)]
+    assert order == ["wdrbo", "wdrbo", "erbo", "erbo", "gp-ucb", "gp-ucb"]
+
+
+def _pool_children() -> list[int]:
+    """This process's spawned pool workers, from /proc."""
+    me, found = os.getpid(), []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == me and b"spawn_main" in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_killed_pool_process_is_retried_in_a_new_pool(tmp_path: Path) -> None:
+    study = parse_study_config(tiny_study(tmp_path, evaluations=9, seeds=[1, 2]))
+    tasks = make_tasks(study, study.runs, None)
+    killed: list[int] = []
+
+    def kill_one_busy_worker() -> None:
+        time.sleep(1.0)
+        deadline = time.monotonic() + 60
+        while not killed and time.monotonic() < deadline:
+            for pid in _pool_children():
+                os.kill(pid, signal.SIGKILL)  # a process of the pool this test started
+                killed.append(pid)
+                break
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_one_busy_worker, daemon=True)
+    killer.start()
+    outcomes = list(map_tasks(tasks, "local", workers=2))
+    killer.join()
+    assert killed
+    assert sorted(o.task.spec.run_key for o in outcomes) == sorted(t.spec.run_key for t in tasks)
+    assert all(o.result.ok for o in outcomes), [o.result.error for o in outcomes if not o.result.ok]
+    assert max(o.attempts for o in outcomes) == 2
+    assert _pool_children() == []  # the pools are gone

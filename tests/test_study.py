@@ -1,0 +1,100 @@
+"""The study driver: failures recorded and named, resume, status matrix, tracking fail-fast."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from wdrbo_dist.cli import main
+from wdrbo_dist.config import parse_study_config
+from wdrbo_dist.problems import PROBLEMS
+from wdrbo_dist.problems.camel import ThreeHumpCamel
+from wdrbo_dist.store import ResultStore
+from wdrbo_dist.study import run_study
+
+FAST = {"raw_samples": 32, "num_restarts": 2}
+
+
+class RaisingProblem(ThreeHumpCamel):
+    """A problem whose truth computation breaks on the first evaluation."""
+
+    name: ClassVar[str] = "raises"
+
+    def expected_value(self, x):
+        raise FloatingPointError("the truth is not available today")
+
+
+@pytest.fixture()
+def raising_problem(monkeypatch):
+    monkeypatch.setitem(PROBLEMS, "raises", RaisingProblem)
+
+
+def study_data(tmp_path: Path, **changes) -> dict:
+    return {
+        "name": "drv", "problems": ["raises", "newsvendor"], "algorithms": [{"name": "erbo", "options": FAST}],
+        "seeds": [1, 2], "evaluations": 7, "init_size": 5, "backend": "serial", "workers": 1,
+        "tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "output_dir": str(tmp_path / "out"),
+    } | changes
+
+
+def test_a_raising_run_is_recorded_failed_named_and_the_others_finish(tmp_path, raising_problem, capsys):
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(study_data(tmp_path)))
+    assert main(["run", str(config), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "study drv: 4 runs; this command: 2 finished, 2 failed" in out
+    assert "FAILED raises|erbo|s1 [" in out and "FloatingPointError: the truth is not available today" in out
+    store = ResultStore(tmp_path / "out")
+    assert len(store.finished_keys()) == 2 and len(store.failed_keys()) == 2
+    key = next(iter(store.failed_keys()))
+    meta = store.read_meta(key)
+    assert meta["status"] == "FAILED" and "Traceback" in meta["error"] and "expected_value" in meta["error"]
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    runs = client.search_runs([client.get_experiment_by_name("drv").experiment_id], "tags.role = 'run'")
+    assert sorted(r.info.status for r in runs) == ["FAILED", "FAILED", "FINISHED", "FINISHED"]
+
+    # Again: nothing runs (a deterministic error is not retried), the failures are named again.
+    assert main(["run", str(config), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert "0 finished, 0 failed, 2 skipped (already finished), 2 skipped (failed before)" in out
+    assert "FAILED before raises|erbo|s2" in out and "--rerun-failed" in out
+    # --rerun-failed tries them again (and they fail again).
+    assert main(["run", str(config), "--quiet", "--rerun-failed"]) == 1
+    assert "0 finished, 2 failed, 2 skipped (already finished)" in capsys.readouterr().out
+
+    assert main(["status", str(config)]) == 0
+    status = capsys.readouterr().out.splitlines()
+    assert [line.split() for line in status[-3:]] == [
+        ["raises", "0/2/0"], ["newsvendor", "2/0/0"], ["total:", "2", "done,", "2", "failed,", "0", "missing", "of", "4"]]
+
+
+def test_resume_runs_only_what_is_missing_and_force_runs_everything(tmp_path):
+    data = study_data(tmp_path, problems=["newsvendor"], seeds=[1], tracking_uri="none")
+    first = run_study(parse_study_config(data), progress=False, echo=lambda _: None)
+    assert (len(first.finished), first.exit_code) == (1, 0)
+    store = ResultStore(tmp_path / "out")
+    [key] = store.finished_keys()
+    saved = store.read_meta(key)["saved_at"]
+    grown = run_study(parse_study_config(data | {"seeds": [1, 2]}), progress=False, echo=lambda _: None)
+    assert [r.spec.seed for r in grown.finished] == [2] and len(grown.plan.finished) == 1
+    assert store.read_meta(key)["saved_at"] == saved  # not re-run
+    forced = run_study(parse_study_config(data), force=True, progress=False, echo=lambda _: None)
+    assert len(forced.finished) == 1 and store.read_meta(key)["saved_at"] > saved
+
+
+def test_an_unreachable_tracking_server_stops_before_any_run(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(study_data(tmp_path, problems=["newsvendor"], tracking_uri=f"http://127.0.0.1:{port}")))
+    assert main(["run", str(config)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"wdrbo-dist run: error: tracking_uri http://127.0.0.1:{port}: no MLflow server answers "
+                   "(ConnectionError); start one with `mlflow server --host HOST --port PORT` or use tracking_uri: none"]
+    assert not (tmp_path / "out").exists()
