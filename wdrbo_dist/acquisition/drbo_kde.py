@@ -38,7 +38,6 @@ from torch import Tensor
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.acquisition.optimize import scrambled_sobol
-from wdrbo_dist.acquisition.product_ucb import ContextBlock, ProductUCB
 from wdrbo_dist.models.gp import GaussianProcess
 
 
@@ -106,7 +105,8 @@ class DRBOKDEAcquisition(Acquisition):
 
     def __init__(
         self,
-        ucb: ProductUCB,
+        model: GaussianProcess,
+        beta: float,
         kde: Tensor,
         radius: float,
         min_points: int,
@@ -116,8 +116,9 @@ class DRBOKDEAcquisition(Acquisition):
         detach_min: bool = True,
     ) -> None:
         super().__init__(radius=radius)
-        self.ucb = ucb
-        self.block = ucb.block(kde)
+        self.model = model
+        self.beta = beta
+        self.features = model.context_features(kde)  # the KDE samples are fixed for the whole step
         self.min_points = min_points
         self.min_box = min_box  # [2, d_c]: c = min_box[0] + (min_box[1] - min_box[0]) * v
         self.generator = generator
@@ -128,18 +129,18 @@ class DRBOKDEAcquisition(Acquisition):
         """A fresh scrambled Sobol set in the min box (one draw per acquisition call)."""
         v = scrambled_sobol(self.min_points, self.min_box.shape[-1], self.generator)
         low, high = self.min_box[0], self.min_box[1]
-        return (low + (high - low) * v).to(self.ucb.train_x)
+        return (low + (high - low) * v).to(self.model.train_x)
 
     def minimum(self, x: Tensor) -> Tensor:
         """m(x) = min_j UCB(x, c_j) over this call's Sobol points [b]."""
-        block: ContextBlock = self.ucb.block(self.minimum_points())
+        points = self.minimum_points()
         if self.detach_min:
             with torch.no_grad():
-                return self.ucb(x.detach(), block).amin(dim=-1)
-        return self.ucb(x, block).amin(dim=-1)
+                return self.model.ucb_pairs(x.detach(), points, self.beta)[0].amin(dim=-1)
+        return self.model.ucb_pairs(x, points, self.beta)[0].amin(dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
-        u = self.ucb(x, self.block)  # [b, N]
+        u, _ = self.model.ucb_from_features(x, self.features, self.beta)  # [b, N]
         m = self.minimum(x)
         if self.closed_form:
             start = time.perf_counter()
@@ -198,9 +199,9 @@ class DRBOKDE(Algorithm):
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:
         count = max(1, int(self.options["kde_samples"]))
         samples = kde_samples(state.context, count, self.problem.context_bounds, generator)
-        ucb = ProductUCB(model, self.problem.dim_x, float(self.options["beta"]))
         return DRBOKDEAcquisition(
-            ucb,
+            model,
+            float(self.options["beta"]),
             samples.to(model.train_x.device),
             self.radius(state.n),
             min_points=max(1, int(self.options["min_points"])),

@@ -45,7 +45,6 @@ from wdrbo_dist.acquisition.mmd_common import (
     empirical_pmf,
     mmd_radius,
 )
-from wdrbo_dist.acquisition.product_ucb import ProductUCB
 from wdrbo_dist.models.gp import GaussianProcess
 
 EIGEN_CUTOFF = 1e6 * np.finfo(np.float64).eps  # CVXPY's decomp_quad default (relative to max)
@@ -227,10 +226,13 @@ class MMDWorstCase:
 class MMDAcquisition(Acquisition):
     """p*(x)^T u(x), with p* the solved worst case on the grid for each candidate."""
 
-    def __init__(self, ucb: ProductUCB, grid: Tensor, w: Tensor, program: MMDWorstCase, radius: float) -> None:
+    def __init__(
+        self, model: GaussianProcess, beta: float, grid: Tensor, w: Tensor, program: MMDWorstCase, radius: float
+    ) -> None:
         super().__init__(radius=radius)
-        self.ucb = ucb
-        self.block = ucb.block(grid)
+        self.model = model
+        self.beta = beta
+        self.features = model.context_features(grid)
         self.w = w
         self.program = program
 
@@ -241,7 +243,10 @@ class MMDAcquisition(Acquisition):
         tel = self.telemetry
         for i in range(u.shape[0]):
             start = time.perf_counter()
-            p, status = self.program.solve(u[i], slot=i)
+            if np.all(np.isfinite(u[i])):
+                p, status = self.program.solve(u[i], slot=i)
+            else:  # SCS would iterate to its limit on a non-finite objective
+                p, status = None, "nonfinite objective"
             tel.seconds += time.perf_counter() - start
             tel.solves += 1
             if status != "optimal":
@@ -253,7 +258,7 @@ class MMDAcquisition(Acquisition):
         return rows
 
     def forward(self, x: Tensor) -> Tensor:
-        u = self.ucb(x, self.block)
+        u, _ = self.model.ucb_from_features(x, self.features, self.beta)
         p = self.worst_case(u.detach().cpu().numpy().astype(np.float64))
         return (torch.as_tensor(p).to(u) * u).sum(dim=-1)
 
@@ -314,6 +319,6 @@ class DRBOMMD(Algorithm):
         program = self.program()
         start = time.perf_counter()
         program.prepare(gram_factor(gram.cpu().numpy(), str(self.options["mmd_factor"])), w.cpu().numpy(), radius)
-        acquisition = MMDAcquisition(ProductUCB(model, dim_x, float(self.options["beta"])), grid, w, program, radius)
+        acquisition = MMDAcquisition(model, float(self.options["beta"]), grid, w, program, radius)
         acquisition.telemetry.seconds += time.perf_counter() - start
         return acquisition

@@ -32,7 +32,6 @@ from wdrbo_dist.acquisition.mmd_common import (
     empirical_pmf,
     mmd_radius,
 )
-from wdrbo_dist.acquisition.product_ucb import ProductUCB
 from wdrbo_dist.models.gp import GaussianProcess
 
 _TINY = 1e-24  # keeps sqrt's gradient finite where its argument vanishes
@@ -78,7 +77,8 @@ class MinimaxAcquisition(Acquisition):
 
     def __init__(
         self,
-        ucb: ProductUCB,
+        model: GaussianProcess,
+        beta: float,
         grid: Tensor,
         w: Tensor,
         gram: Tensor,
@@ -87,14 +87,15 @@ class MinimaxAcquisition(Acquisition):
         case3_zero_bug: bool,
     ) -> None:
         super().__init__(radius=radius)
-        self.ucb = ucb
-        self.block = ucb.block(grid)
+        self.model = model
+        self.beta = beta
+        self.features = model.context_features(grid)
         self.w, self.gram = w, gram
         self.uniform_mean = uniform_mean
         self.case3_zero_bug = case3_zero_bug
 
     def forward(self, x: Tensor) -> Tensor:
-        u = self.ucb(x, self.block)
+        u, _ = self.model.ucb_from_features(x, self.features, self.beta)
         start = time.perf_counter()
         value = minimax_value(u, self.w, self.gram, self.radius, self.uniform_mean, self.case3_zero_bug)
         self.telemetry.solves += x.shape[0]  # closed-form inner problems
@@ -127,9 +128,9 @@ class DRBOMMDMinimax(Algorithm):
         device = model.train_x.device
         grid = self.grid().to(device)
         dim_x = self.problem.dim_x
-        ucb = ProductUCB(model, dim_x, float(self.options["beta"]))
         return MinimaxAcquisition(
-            ucb,
+            model,
+            float(self.options["beta"]),
             grid,
             empirical_pmf(state.context.to(device), grid),
             context_gram(grid, model.lengthscale[dim_x:]),

@@ -11,20 +11,21 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.kde import kde_samples
-from wdrbo_dist.acquisition.product_ucb import ProductUCB
 from wdrbo_dist.models.gp import GaussianProcess
 
 
 class SampleAverageUCB(Acquisition):
     """The sample average of the UCB over a fixed context set."""
 
-    def __init__(self, ucb: ProductUCB, contexts: Tensor) -> None:
+    def __init__(self, model: GaussianProcess, contexts: Tensor, beta: float) -> None:
         super().__init__()
-        self.ucb = ucb
-        self.block = ucb.block(contexts)
+        self.model = model
+        self.beta = beta
+        self.features = model.context_features(contexts)  # the samples are fixed for the whole step
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.ucb(x, self.block).mean(dim=-1)
+        ucb, _ = self.model.ucb_from_features(x, self.features, self.beta)
+        return ucb.mean(dim=-1)
 
 
 class SBOKDE(Algorithm):
@@ -38,5 +39,4 @@ class SBOKDE(Algorithm):
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:
         count = max(1, int(self.options["kde_samples"]))
         samples = kde_samples(state.context, count, self.problem.context_bounds, generator)
-        ucb = ProductUCB(model, self.problem.dim_x, float(self.options["beta"]))
-        return SampleAverageUCB(ucb, samples.to(model.train_x.device))
+        return SampleAverageUCB(model, samples.to(model.train_x.device), float(self.options["beta"]))

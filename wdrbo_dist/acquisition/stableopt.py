@@ -19,7 +19,6 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.optimize import scrambled_sobol
-from wdrbo_dist.acquisition.product_ucb import ProductUCB
 from wdrbo_dist.models.gp import GaussianProcess
 
 
@@ -37,10 +36,11 @@ def stable_box(contexts: Tensor, sigmas: float, sign_bug: bool) -> Tensor:
 class MinimumUCB(Acquisition):
     """min_j UCB(x, c_j) over a context set re-drawn in `box` at every call."""
 
-    def __init__(self, ucb: ProductUCB, box: Tensor, points: int, generator: torch.Generator) -> None:
+    def __init__(self, model: GaussianProcess, beta: float, box: Tensor, points: int, generator: torch.Generator) -> None:
         super().__init__()
-        self.ucb = ucb
-        self.box = box.to(ucb.train_x)
+        self.model = model
+        self.beta = beta
+        self.box = box.to(model.train_x)
         self.points = points
         self.generator = generator
 
@@ -50,12 +50,11 @@ class MinimumUCB(Acquisition):
 
     def forward(self, x: Tensor) -> Tensor:
         contexts = self.contexts()
-        block = self.ucb.block(contexts)
         with torch.no_grad():
-            values, index = self.ucb(x.detach(), block).min(dim=-1)
+            values, index = self.model.ucb_pairs(x.detach(), contexts, self.beta)[0].min(dim=-1)
         if not torch.is_grad_enabled() or not x.requires_grad:
             return values
-        return self.ucb.paired(x, contexts[index])
+        return self.model.ucb(torch.cat([x, contexts[index]], dim=-1), self.beta)
 
 
 class StableOpt(Algorithm):
@@ -70,5 +69,4 @@ class StableOpt(Algorithm):
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:
         box = stable_box(state.context, float(self.options["stable_box_sigmas"]), bool(self.options["stable_box_sign_bug"]))
-        ucb = ProductUCB(model, self.problem.dim_x, float(self.options["beta"]))
-        return MinimumUCB(ucb, box, max(1, int(self.options["stable_points"])), generator)
+        return MinimumUCB(model, float(self.options["beta"]), box, max(1, int(self.options["stable_points"])), generator)

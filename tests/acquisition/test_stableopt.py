@@ -1,0 +1,73 @@
+"""StableOpt (spec 3.8): the searched box in each profile, the min value and its gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wdrbo_dist.acquisition.base import BOState
+from wdrbo_dist.acquisition.optimize import scrambled_sobol
+from wdrbo_dist.acquisition.stableopt import StableOpt, stable_box
+from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.problems import make_problem
+
+T = torch.float64
+
+
+def _state_and_model(problem_name: str = "modified-branin", n: int = 12, seed: int = 0):
+    problem = make_problem(problem_name)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, problem.dim_x, generator=g, dtype=T)
+    obs = problem.observe(x, g)
+    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g)
+    return problem, BOState(x, obs.context, obs.y), model
+
+
+@pytest.mark.parametrize(("fidelity", "low_sigmas", "high_sigmas"), [("paper", -1.0, 1.0), ("reference", -3.0, -1.0)])
+def test_searched_box_in_each_profile(fidelity: str, low_sigmas: float, high_sigmas: float) -> None:
+    problem, state, model = _state_and_model()
+    mean = state.context.mean(0)
+    std = state.context.std(0)  # unbiased, as the reference
+    acq = StableOpt(problem, fidelity).acquisition(model, state, torch.Generator().manual_seed(1))
+    points = acq.contexts()
+    low, high = mean + low_sigmas * std, mean + high_sigmas * std
+    assert torch.all(points >= low - 1e-12) and torch.all(points <= high + 1e-12)
+    # the Sobol points fill the whole box
+    assert torch.allclose(points.min(0).values, low, atol=0.01 * float(std.max()) * 2)
+    assert torch.allclose(points.max(0).values, high, atol=0.01 * float(std.max()) * 2)
+
+
+def test_box_helper_and_switch_override() -> None:
+    c = torch.tensor([[0.2], [0.4], [0.6]], dtype=T)  # mean 0.4, unbiased std 0.2
+    assert torch.allclose(stable_box(c, 1.0, sign_bug=False), torch.tensor([[0.2], [0.6]], dtype=T))
+    # reference: c = (mu - s) + ((mu - s) - (mu + s)) v, v in [0, 1): the box [mu - 3s, mu - s]
+    assert torch.allclose(stable_box(c, 1.0, sign_bug=True), torch.tensor([[0.2], [-0.2]], dtype=T))
+    algo = StableOpt(make_problem("ackley"), "reference", {"stable_box_sign_bug": False})
+    assert algo.options["stable_box_sign_bug"] is False
+
+
+def test_value_is_the_min_ucb_over_the_calls_points_and_the_gradient_is_at_the_argmin() -> None:
+    problem, state, model = _state_and_model()
+    acq = StableOpt(problem, "paper").acquisition(model, state, torch.Generator().manual_seed(3))
+    replay = torch.Generator().manual_seed(3)
+    box = stable_box(state.context, 1.0, sign_bug=False)
+    points = box[0] + (box[1] - box[0]) * scrambled_sobol(1024, 2, replay)
+    x = torch.rand(5, 2, generator=torch.Generator().manual_seed(4), dtype=T).requires_grad_(True)
+    value = acq(x)
+    pairs = torch.cat([x.detach().unsqueeze(1).expand(5, 1024, 2), points.unsqueeze(0).expand(5, 1024, 2)], -1)
+    u = model.ucb(pairs, 1.5)
+    expected, index = u.min(-1)
+    assert torch.allclose(value.detach(), expected, atol=1e-8)
+    (grad,) = torch.autograd.grad(value.sum(), x)
+    xx = x.detach().clone().requires_grad_(True)
+    at_argmin = model.ucb(torch.cat([xx, points[index]], -1), 1.5)
+    (expected_grad,) = torch.autograd.grad(at_argmin.sum(), xx)
+    assert torch.allclose(grad, expected_grad, atol=1e-10)
+
+
+def test_contexts_are_redrawn_at_every_call() -> None:
+    problem, state, model = _state_and_model("ackley")
+    acq = StableOpt(problem, "reference").acquisition(model, state, torch.Generator().manual_seed(0))
+    x = torch.rand(3, 2, generator=torch.Generator().manual_seed(1), dtype=T)
+    with torch.no_grad():
+        assert not torch.equal(acq(x), acq(x))
