@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from wdrbo_dist.backends.task import Outcome, Task, execute, failed_outcome
+from wdrbo_dist.backends.task import Outcome, Task, execute, failed_outcome, stamped
 
 MAX_ATTEMPTS = 3
 
@@ -44,30 +45,30 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
 def map_local(tasks: Sequence[Task], workers: int, max_attempts: int = MAX_ATTEMPTS) -> Iterator[Outcome]:
     queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
     pool = _new_pool(workers)
-    running: dict[Future, tuple[Task, int]] = {}
+    running: dict[Future, tuple[Task, int, float]] = {}
     completed = False
     try:
         while queue or running:
             while queue and len(running) < workers:
                 task, attempt = queue.popleft()
-                running[pool.submit(execute, task)] = (task, attempt)
+                running[pool.submit(execute, task)] = (task, attempt, time.monotonic())
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             broken: list[tuple[Task, int]] = []
             for future in done:
-                task, attempt = running.pop(future)
+                task, attempt, submitted = running.pop(future)
                 try:
                     outcome = future.result()
                 except BrokenProcessPool:
                     broken.append((task, attempt))
                     continue
                 except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
-                    yield failed_outcome(task, f"{type(exc).__name__}: {exc}", attempt)
+                    yield stamped(failed_outcome(task, f"{type(exc).__name__}: {exc}", attempt), submitted)
                     continue
                 outcome.attempts = attempt
-                yield outcome
+                yield stamped(outcome, submitted)
             if broken:
                 # Every run in flight is lost with a broken pool: retry them in a new one.
-                broken += list(running.values())
+                broken += [(task, attempt) for task, attempt, _ in running.values()]
                 running.clear()
                 _terminate(pool)
                 pool = _new_pool(workers)

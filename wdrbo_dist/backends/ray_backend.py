@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from wdrbo_dist.backends.task import Outcome, Task, execute, failed_outcome
+from wdrbo_dist.backends.task import Outcome, Task, execute, failed_outcome, stamped
 
 MAX_RETRIES = 3  # retries of a task whose worker process died
 
@@ -59,7 +60,7 @@ def map_ray(tasks: Sequence[Task], workers: int, address: str | None = None) -> 
     started = connect(address, num_cpus=max(1, math.ceil(workers * per_task)))
     remote = ray.remote(execute)
     queue = deque(tasks)
-    pending: dict[Any, Task] = {}
+    pending: dict[Any, tuple[Task, float]] = {}
     try:
         while queue or pending:
             while queue and len(pending) < workers:
@@ -71,15 +72,15 @@ def map_ray(tasks: Sequence[Task], workers: int, address: str | None = None) -> 
                     retry_exceptions=False,
                     name=f"run {task.spec.label}",
                 ).remote(task)
-                pending[ref] = task
+                pending[ref] = (task, time.monotonic())
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
-                task = pending.pop(ref)
+                task, submitted = pending.pop(ref)
                 try:
                     outcome = ray.get(ref)
                 except (ray.exceptions.RayError, OSError) as exc:
                     outcome = failed_outcome(task, _describe(exc), attempts=MAX_RETRIES + 1)
-                yield outcome
+                yield stamped(outcome, submitted)
     finally:
         for ref in pending:
             try:

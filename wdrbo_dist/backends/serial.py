@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from wdrbo_dist.backends.task import Outcome, Task, execute
+import time
+
+from wdrbo_dist.backends.task import Outcome, Task, execute, stamped
 
 
 def map_serial(tasks: Sequence[Task]) -> Iterator[Outcome]:
@@ -13,6 +15,7 @@ def map_serial(tasks: Sequence[Task]) -> Iterator[Outcome]:
     threads = torch.get_num_threads()
     try:
         for task in tasks:
-            yield execute(task)
+            submitted = time.monotonic()
+            yield stamped(execute(task), submitted)
     finally:
         torch.set_num_threads(threads)  # the driver gets its own setting back

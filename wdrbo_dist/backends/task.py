@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import traceback
 from dataclasses import dataclass
 
@@ -31,6 +32,13 @@ class Outcome:
     child_run_id: str | None = None
     tracking_error: str | None = None
     attempts: int = 1
+    submitted_at: float = 0.0  # driver's monotonic clock: handed to the backend
+    received_at: float = 0.0  # driver's monotonic clock: back in the driver
+
+    @property
+    def overhead_s(self) -> float:
+        """Time the backend added around the run (scheduling, process start, transfer)."""
+        return max(0.0, self.received_at - self.submitted_at - self.result.wall_time_s)
 
 
 def set_threads(threads: int) -> None:
@@ -66,3 +74,8 @@ def execute(task: Task) -> Outcome:
 def failed_outcome(task: Task, error: str, attempts: int = 1) -> Outcome:
     """An outcome for a task whose process could not deliver a result (e.g. it kept dying)."""
     return Outcome(task=task, result=RunResult(spec=task.spec, status="FAILED", error=error), attempts=attempts)
+
+
+def stamped(outcome: Outcome, submitted_at: float) -> Outcome:
+    outcome.submitted_at, outcome.received_at = submitted_at, time.monotonic()
+    return outcome

@@ -1,0 +1,111 @@
+"""How well the study runner uses the machine: one small study on 1 and 2 workers, local and ray.
+
+Prints, per backend and worker count: study wall time, runs per hour, speed-up and parallel
+efficiency against one worker of the same backend, and the backend's overhead per task (time
+between handing a run to the backend and having its result back in the driver, minus the
+run's own wall time: scheduling, process start, argument and result transfer). Backend start
+(process pool spawn, `ray.init`) is reported apart.
+
+Targets (issue 4): 2 workers >= 1.8x one worker; Ray's overhead <= 2 % of study time.
+
+    .venv/bin/python benchmarks/scaling.py                 # 12 runs of 20 evaluations
+    .venv/bin/python benchmarks/scaling.py --evaluations 30 --seeds 4
+
+Measure on an otherwise idle machine: a second user of the two cores halves every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+if "RAY_AUTH_MODE" not in os.environ:  # a private token: nothing written to ~/.ray
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
+
+from wdrbo_dist.backends import map_tasks  # noqa: E402
+from wdrbo_dist.config import parse_study_config  # noqa: E402
+from wdrbo_dist.study import make_tasks  # noqa: E402
+
+
+def study(evaluations: int, seeds: int, out: Path):
+    return parse_study_config({
+        "name": "scaling", "problems": ["three-hump-camel", "newsvendor", "toy-general"],
+        "algorithms": ["erbo", "gp-ucb"], "seeds": list(range(100, 100 + seeds)),
+        "evaluations": evaluations, "init_size": 5, "tracking_uri": "none", "output_dir": str(out),
+    })
+
+
+def measure(backend: str, workers: int, evaluations: int, seeds: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = study(evaluations, seeds, Path(tmp))
+        tasks = make_tasks(spec, spec.runs, None)
+        start = time.monotonic()
+        first_submit = None
+        outcomes = []
+        for outcome in map_tasks(tasks, backend, workers):
+            first_submit = outcome.submitted_at if first_submit is None else min(first_submit, outcome.submitted_at)
+            outcomes.append(outcome)
+        wall = time.monotonic() - start
+    failed = [o for o in outcomes if not o.result.ok]
+    if failed:
+        raise SystemExit(f"{backend}/{workers}: {len(failed)} runs failed: {failed[0].result.error}")
+    run_time = sum(o.result.wall_time_s for o in outcomes)
+    overhead = [o.overhead_s for o in outcomes]
+    return {
+        "wall_s": wall,
+        "startup_s": (first_submit or start) - start,
+        "runs": len(outcomes),
+        "runs_per_hour": 3600 * len(outcomes) / wall,
+        "run_time_s": run_time,
+        "overhead_mean_s": statistics.mean(overhead),
+        "overhead_median_s": statistics.median(overhead),
+        # Overhead as a share of the study (after start-up): summed over tasks, spread over the workers.
+        "overhead_share": sum(overhead) / workers / (wall - ((first_submit or start) - start)),
+    }
+
+
+def steady(r: dict[str, float]) -> float:
+    return r["wall_s"] - r["startup_s"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--evaluations", type=int, default=20)
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--backends", default="local,ray")
+    args = parser.parse_args()
+    results: dict[tuple[str, int], dict[str, float]] = {}
+    for backend in args.backends.split(","):
+        for workers in (1, 2):
+            print(f"running {backend} with {workers} worker(s) ...", flush=True)
+            results[(backend, workers)] = measure(backend, workers, args.evaluations, args.seeds)
+    print()
+    print("wall: the whole study, backend start included; speed-up and efficiency: on wall minus start;")
+    print("overhead per task: mean (first tasks of each process pay its imports) and median (steady state)")
+    print(f"{'backend':<8}{'workers':>8}{'wall s':>9}{'start s':>9}{'runs/h':>9}{'speed-up':>10}"
+          f"{'effic.':>8}{'ovh mean s':>12}{'ovh med s':>11}{'ovh share':>11}")
+    for (backend, workers), r in results.items():
+        speedup = steady(results[(backend, 1)]) / steady(r)
+        print(f"{backend:<8}{workers:>8}{r['wall_s']:>9.1f}{r['startup_s']:>9.1f}{r['runs_per_hour']:>9.0f}"
+              f"{speedup:>9.2f}x{speedup / workers:>8.2f}{r['overhead_mean_s']:>12.3f}"
+              f"{r['overhead_median_s']:>11.3f}{r['overhead_share']:>10.1%}")
+    print()
+    print(f"{results[next(iter(results))]['runs']} runs of {args.evaluations} evaluations per row, {os.cpu_count()} CPUs")
+    for backend in args.backends.split(","):
+        speedup = steady(results[(backend, 1)]) / steady(results[(backend, 2)])
+        print(f"target {backend}: 2 workers >= 1.8x one worker: {speedup:.2f}x {'OK' if speedup >= 1.8 else 'MISSED'}")
+    if ("ray", 2) in results:
+        share = results[("ray", 2)]["overhead_share"]
+        print(f"target ray: overhead <= 2 % of study time: {share:.1%} {'OK' if share <= 0.02 else 'MISSED'}"
+              f" (median {results[('ray', 2)]['overhead_median_s']:.3f} s per task; start-up "
+              f"{results[('ray', 2)]['startup_s']:.1f} s not included)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""How long would the full paper study take on this machine? Run one seed of every cell, scale up.
+
+Runs one seed of every algorithm x problem cell of a study file (default
+configs/paper_data_driven.yaml: 8 x 8 cells, 15 seeds, 100 evaluations) with the study's own
+settings, then extrapolates: every cell's seeds are assumed to take as long as the measured
+one, and the full set of runs is scheduled longest-first onto the workers (the runner's own
+policy), whose makespan is the estimate. Algorithms not yet registered are listed and left out.
+
+    .venv/bin/python benchmarks/study_estimate.py                      # the real thing (long)
+    .venv/bin/python benchmarks/study_estimate.py --evaluations 30     # a quick look: per-step
+                                                                       # time scaled to 100 (low)
+Target (issue 4): the full configs/paper_data_driven.yaml in <= 4 hours on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from wdrbo_dist.config import parse_study_config
+from wdrbo_dist.study import run_study
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def makespan(durations: list[float], workers: int) -> float:
+    """Longest-first list scheduling of `durations` onto `workers` identical workers."""
+    loads = [0.0] * workers
+    for duration in sorted(durations, reverse=True):
+        heapq.heapreplace(loads, loads[0] + duration)
+    return max(loads)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("config", nargs="?", default=str(ROOT / "configs" / "paper_data_driven.yaml"))
+    parser.add_argument("--workers", type=int, default=2, help="workers for the measurement and the estimate")
+    parser.add_argument("--backend", default="local")
+    parser.add_argument("--evaluations", type=int, help="measure shorter runs and scale per BO step (underestimates)")
+    args = parser.parse_args()
+
+    from wdrbo_dist.algorithms import ALGORITHMS
+
+    data = yaml.safe_load(Path(args.config).read_text())
+    names = [a if isinstance(a, str) else a["name"] for a in data["algorithms"]]
+    missing = [n for n in names if n not in ALGORITHMS]
+    full = parse_study_config({**data, "algorithms": [a for a, n in zip(data["algorithms"], names) if n in ALGORITHMS]})
+    with tempfile.TemporaryDirectory() as tmp:
+        probe = parse_study_config({
+            **data,
+            "name": f"{full.name}-estimate",
+            "algorithms": [a for a, n in zip(data["algorithms"], names) if n in ALGORITHMS],
+            "seeds": full.seeds[:1],
+            "evaluations": args.evaluations or full.evaluations,
+            "tracking_uri": "none",
+            "output_dir": tmp,
+        })
+        print(f"measuring {len(probe.runs)} runs (one seed per cell, {probe.evaluations} evaluations) on "
+              f"{args.backend} with {args.workers} workers ...", flush=True)
+        report = run_study(probe, backend=args.backend, workers=args.workers, progress=True)
+    results = report.finished + report.failed
+    steps_full, steps_probe = full.evaluations - full.init_size, probe.evaluations - probe.init_size
+    scale = steps_full / steps_probe
+    per_cell = {(r.spec.problem, r.spec.algorithm): r.wall_time_s * scale for r in results}
+
+    width = max(len(p) for p in full.problems) + 2
+    print()
+    print(f"seconds per run of {full.evaluations} evaluations" + (f" (scaled from {probe.evaluations})" if scale != 1 else ""))
+    print("".ljust(width) + "".join(a.rjust(10) for a in full.algorithms))
+    for problem in full.problems:
+        print(problem.ljust(width) + "".join(f"{per_cell.get((problem, a), float('nan')):>10.1f}" for a in full.algorithms))
+    for r in report.failed:
+        print(f"FAILED {r.spec.label}: {(r.error or '').strip().splitlines()[-1:]}")
+    durations = [per_cell[(r.problem, r.algorithm)] for r in full.runs if (r.problem, r.algorithm) in per_cell]
+    total_cpu = sum(durations)
+    span = makespan(durations, args.workers)
+    print()
+    print(f"measured in {report.wall_time_s:.0f} s; {len(full.runs)} runs in the full study "
+          f"({len(full.problems)} problems x {len(full.algorithms)} algorithms x {len(full.seeds)} seeds)")
+    print(f"estimated run time, summed: {total_cpu / 3600:.2f} h; on {args.workers} workers "
+          f"(longest first): {span / 3600:.2f} h; {os.cpu_count()} CPUs here")
+    print(f"target <= 4 h on 2 cores: {'OK' if span <= 4 * 3600 else 'MISSED'}"
+          + (" (per-step scaling underestimates: later steps cost more)" if scale != 1 else ""))
+    if missing:
+        print(f"not registered yet, left out of the estimate: {', '.join(missing)}")
+
+
+if __name__ == "__main__":
+    main()
