@@ -16,9 +16,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The report runs even when some runs failed (it shows them); make returns the run's status.
 run: $(STAMP)
-	$(BIN)/wdrbo-dist run $(CONFIG)
-	$(BIN)/wdrbo-dist report $(CONFIG)
+	$(BIN)/wdrbo-dist run $(CONFIG); status=$$?; \
+	  $(BIN)/wdrbo-dist report $(CONFIG) || exit $$?; \
+	  exit $$status
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

@@ -178,8 +178,7 @@ def toy_curves(fidelity: str, grid: int = 401) -> dict[str, np.ndarray | float]:
     lo, hi = (float(v) for v in problem.decision_bounds[:, 0])
     x = torch.linspace(lo, hi, grid, dtype=torch.float64)
     nodes, weights, radius = centre.nodes, centre.weights, float(centre.radius)
-    f_centre = problem.evaluate(x[:, None, None], nodes[None, :, :])  # [grid, m]
-    e_centre = (f_centre * weights[None, :]).sum(-1)
+    e_centre = problem.expected_value_under_centre(x[:, None])  # exact, not the quadrature
     e_true = problem.expected_value(x[:, None])
     # The contexts that matter: the central 99.8% of P* (sampled) and of P̂ (its quadrature).
     draws = problem.sample_context(4096, torch.Generator().manual_seed(0))[:, 0]
