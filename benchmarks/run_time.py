@@ -6,6 +6,11 @@ name as targets. One torch thread and one BLAS thread, as a Ray task with num_cp
 
     .venv/bin/python benchmarks/run_time.py                       # every algorithm
     .venv/bin/python benchmarks/run_time.py --algorithms wdrbo erbo --problems ackley
+    .venv/bin/python benchmarks/run_time.py --algorithms drbo-mmd --option mmd_solver=SCS
+
+`--option KEY=VALUE` applies to every algorithm that declares KEY (see `wdrbo-dist list`);
+the "ms/inner" column is the mean time of one inner problem (a DRBO-MMD conic solve, a
+DRBO-KDE or minimax closed form), "inner n" their number per run.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
 
 TARGETS = [
@@ -37,17 +43,24 @@ def main() -> None:
     parser.add_argument("--evaluations", type=int, default=100)
     parser.add_argument("--seed", type=int, default=100)
     parser.add_argument("--fidelity", default="paper")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    options = dict(parse_option(o) for o in args.option)
     torch.set_num_threads(1)
 
     seconds: dict[tuple[str, str], float] = {}
-    header = f"{'problem':<16} {'algorithm':<18} {'run s':>8} {'fit s':>8} {'acq s':>8} {'inner s':>8} {'truth s':>8} {'adam/step':>9}"
+    header = (
+        f"{'problem':<16} {'algorithm':<18} {'run s':>8} {'fit s':>8} {'acq s':>8} {'inner s':>8} {'truth s':>8} "
+        f"{'adam/step':>9} {'inner n':>8} {'ms/inner':>8}"
+    )
     print(header)
     print("-" * len(header))
     for problem in args.problems:
         for algorithm in args.algorithms:
+            declared = ALGORITHMS[algorithm].option_defaults()
             spec = RunSpec.make(
-                algorithm=algorithm, problem=problem, seed=args.seed, evaluations=args.evaluations, fidelity=args.fidelity
+                options={k: v for k, v in options.items() if k in declared},
+                algorithm=algorithm, problem=problem, seed=args.seed, evaluations=args.evaluations, fidelity=args.fidelity,
             )
             start = time.perf_counter()
             result = run_one(spec, capture_errors=False)
@@ -55,9 +68,12 @@ def main() -> None:
             r = result.records
             seconds[(problem, algorithm)] = wall
             bo = r[~r.is_initial]
+            solves = int(r.inner_solves.sum())
+            per_solve = 1e3 * r.inner_solve_s.sum() / solves if solves else float("nan")
             print(
                 f"{problem:<16} {algorithm:<18} {wall:8.1f} {r.time_fit_s.sum():8.1f} {r.time_acquisition_s.sum():8.1f} "
-                f"{r.inner_solve_s.sum():8.1f} {r.time_truth_s.sum():8.1f} {bo.adam_steps.mean():9.1f}",
+                f"{r.inner_solve_s.sum():8.1f} {r.time_truth_s.sum():8.1f} {bo.adam_steps.mean():9.1f} "
+                f"{solves:8d} {per_solve:8.2f}",
                 flush=True,
             )
     print()
@@ -70,6 +86,11 @@ def main() -> None:
     for (problem, algorithm), wall in seconds.items():
         if problem == "ackley" and wall > 60.0:
             print(f"every Ackley run <= 60 s: {algorithm} took {wall:.1f} s  NOT met")
+    for problem in args.problems:
+        erbo = seconds.get((problem, "erbo"))
+        if erbo:
+            ratios = ", ".join(f"{a} {w / erbo:.2f}x" for (p, a), w in seconds.items() if p == problem and a != "erbo")
+            print(f"{problem}: run time relative to ERBO: {ratios}")
 
 
 if __name__ == "__main__":
