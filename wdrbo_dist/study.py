@@ -92,7 +92,7 @@ class Progress:
             from tqdm import tqdm
 
             self.bar = tqdm(total=round(self.total_cost, 3), unit="", bar_format=(
-                "{l_bar}{bar}| [{elapsed}<{remaining}] {postfix}"), desc="study", leave=True)
+                "{l_bar}{bar}| [{elapsed}<{remaining}{postfix}]"), desc="study", leave=True)
             self._postfix()
         self.lines = enabled and self.bar is None
 
