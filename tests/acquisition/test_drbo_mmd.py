@@ -214,3 +214,15 @@ def test_bad_choice_options_are_rejected_up_front() -> None:
     with pytest.raises(ValueError, match="mmd_factor"):
         DRBOMMD(problem, "paper", {"mmd_factor": "svd"})
     assert DRBOMMD(problem, "paper", {"mmd_solver": "clarabel"}).options["mmd_solver"] == "CLARABEL"
+
+
+@pytest.mark.parametrize("solver", ["SCS", "CLARABEL"])
+def test_equal_ucb_values_and_a_point_mass_centre_give_finite_values(solver: str) -> None:
+    grid = np.linspace(0, 1, 30)[:, None]
+    program = MMDWorstCase(30, solver=solver)
+    w = np.zeros(30)
+    w[4] = 1.0  # every observed context on one grid point
+    program.prepare(gram_factor(_rbf_gram(grid, 0.2)), w, 0.3)
+    p, status = program.solve(np.full(30, 0.7))
+    assert status == "optimal" and np.isfinite(p).all()
+    assert float(np.full(30, 0.7) @ p) == pytest.approx(0.7, abs=1e-4)

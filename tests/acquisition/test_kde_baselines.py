@@ -158,3 +158,13 @@ def test_radius_and_overridable_switches() -> None:
     assert algo.radius(32) == pytest.approx(2.0 * 32 ** (-0.4))
     assert torch.equal(algo.min_box(), torch.tensor([[0.0], [1.0]], dtype=torch.float64))
     assert math.isclose(DRBOKDE(problem, "paper").radius(5), 5 ** (-0.4))
+
+
+def test_equal_ucb_values_give_finite_values() -> None:
+    u = torch.full((3, 64), 0.25, dtype=torch.float64)
+    for m in (torch.full((3,), 0.25, dtype=torch.float64), torch.full((3,), -1.0, dtype=torch.float64)):
+        value = tv_worst_case(u, m, 0.4)
+        assert torch.isfinite(value).all()
+    assert torch.allclose(tv_worst_case(u, torch.full((3,), 0.25, dtype=torch.float64), 0.4), u[:, 0])
+    # all mass movable (eps / 2 >= 1): the value is mean(min(u, m))
+    assert torch.allclose(tv_worst_case(u, torch.full((3,), -1.0, dtype=torch.float64), 3.0), torch.full((3,), -1.0, dtype=torch.float64))

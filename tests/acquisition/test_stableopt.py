@@ -71,3 +71,15 @@ def test_contexts_are_redrawn_at_every_call() -> None:
     x = torch.rand(3, 2, generator=torch.Generator().manual_seed(1), dtype=T)
     with torch.no_grad():
         assert not torch.equal(acq(x), acq(x))
+
+
+def test_fresh_context_ucb_matches_the_gp_posterior_on_both_paths() -> None:
+    from wdrbo_dist.acquisition.stableopt import DIRECT_MAX_BATCH, FreshContextUCB
+
+    problem, state, model = _state_and_model("modified-branin", n=30)
+    ucb = FreshContextUCB(model, 1.5)
+    contexts = torch.rand(200, 2, generator=torch.Generator().manual_seed(1), dtype=T)
+    for b in (3, DIRECT_MAX_BATCH + 5):
+        x = torch.rand(b, 2, generator=torch.Generator().manual_seed(b), dtype=T)
+        pairs = torch.cat([x.unsqueeze(1).expand(b, 200, 2), contexts.unsqueeze(0).expand(b, 200, 2)], -1)
+        assert torch.allclose(ucb(x, contexts), model.ucb(pairs, 1.5), atol=1e-8)

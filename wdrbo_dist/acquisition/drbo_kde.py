@@ -38,6 +38,7 @@ from torch import Tensor
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.acquisition.optimize import scrambled_sobol
+from wdrbo_dist.acquisition.stableopt import FreshContextUCB
 from wdrbo_dist.models.gp import GaussianProcess
 
 
@@ -119,6 +120,7 @@ class DRBOKDEAcquisition(Acquisition):
         self.model = model
         self.beta = beta
         self.features = model.context_features(kde)  # the KDE samples are fixed for the whole step
+        self.fresh = FreshContextUCB(model, beta)  # m(x)'s Sobol points change at every call
         self.min_points = min_points
         self.min_box = min_box  # [2, d_c]: c = min_box[0] + (min_box[1] - min_box[0]) * v
         self.generator = generator
@@ -136,8 +138,8 @@ class DRBOKDEAcquisition(Acquisition):
         points = self.minimum_points()
         if self.detach_min:
             with torch.no_grad():
-                return self.model.ucb_pairs(x.detach(), points, self.beta)[0].amin(dim=-1)
-        return self.model.ucb_pairs(x, points, self.beta)[0].amin(dim=-1)
+                return self.fresh(x.detach(), points).amin(dim=-1)
+        return self.fresh(x, points).amin(dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
         u, _ = self.model.ucb_from_features(x, self.features, self.beta)  # [b, N]

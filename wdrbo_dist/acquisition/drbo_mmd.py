@@ -5,7 +5,7 @@ pmf of the observed contexts, K the GP's context Gram matrix and r_n = 4.146 / s
 
     p* = argmin_p u^T p  s.t.  p >= 0, sum p = 1, ||F^T (p - w)||_2 <= r_n,   with F F^T = K,
 
-a second-order cone program solved by CVXPY/SCS for every candidate; alpha(x) = p*^T u, with p*
+a second-order cone program solved through CVXPY for every candidate; alpha(x) = p*^T u, with p*
 frozen (the gradient flows through u: the envelope theorem). A solve without a usable solution
 falls back to p = w, as in the reference.
 
@@ -17,11 +17,16 @@ How the solve is organised (Project decision 4):
   canonicalisation did with the reference's psd_wrap(K)), padded with zero columns to the
   fixed parameter shape; `mmd_factor="cholesky"` uses a jittered Cholesky factor instead.
 - Path "compiled" (default): per BO step CVXPY applies the parameters once
-  (`get_problem_data`), the solver workspace is set up once (one KKT factorisation), and per
-  candidate only the objective vector changes (u enters c as an embedding found once per run),
-  followed by a warm-started solve (SCS: from the previous solution of the same batch slot).
+  (`get_problem_data`), the solver workspace is set up once (SCS: its KKT factorisation;
+  Clarabel: its allocation and symbolic analysis), and per candidate only the objective vector
+  changes (u enters c as an embedding found once per run), followed by a solve (SCS: warm-started
+  from the previous solution of the same batch slot).
   Path "cvxpy": `problem.solve(...)` per candidate, the plain DPP re-solve (same problem, slower).
-- Tolerances: CVXPY's SCS defaults (eps_abs = eps_rel = 1e-5), which the reference used.
+- Solver: the reference profile uses SCS with CVXPY's SCS tolerances (eps_abs = eps_rel = 1e-5),
+  as the published code did. The paper profile uses Clarabel (interior point, CVXPY's default
+  tolerances, 1e-8): the same optimum, more accurately, and faster here, because SCS needs
+  150-500 ADMM iterations per solve whatever the warm start (measured on Ackley, 100
+  evaluations, about 25,000 solves per run: SCS 7.4 ms per solve, Clarabel 3.5 ms).
 
 Telemetry per BO step: solves, failures (status not optimal, including "optimal_inaccurate",
 whose solution is still used as the reference would), fallbacks (p = w), inner-solve seconds.
@@ -272,7 +277,9 @@ class DRBOMMD(Algorithm):
         "grid_size": (100, 100),  # points of the context discretisation (spec 3.6)
         "radius_constant": (MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT),  # r_n = constant / sqrt(n)
         "mmd_diagonal_grid": (False, True),  # spec 8.3: d_c >= 2 uses the box diagonal
-        "mmd_solver": ("SCS", "SCS"),  # SCS (the reference's) or CLARABEL
+        # The reference's SCS (first-order, eps 1e-5) or CLARABEL (interior point, 1e-8): the paper
+        # profile uses Clarabel, the same optimum to a tighter tolerance at ~1/2 to 1/3 of the time.
+        "mmd_solver": ("CLARABEL", "SCS"),
         "mmd_solve_path": ("compiled", "compiled"),  # compiled workspace per step, or problem.solve
         "mmd_factor": ("eigen", "eigen"),  # PSD-safe factor of K: eigen (cutoff) or cholesky (jitter)
         "mmd_warm_start": (True, True),
