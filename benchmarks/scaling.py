@@ -63,6 +63,7 @@ def measure(backend: str, workers: int, evaluations: int, seeds: int) -> dict[st
         "runs": len(outcomes),
         "runs_per_hour": 3600 * len(outcomes) / wall,
         "run_time_s": run_time,
+        "run_mean_s": run_time / len(outcomes),
         "overhead_mean_s": statistics.mean(overhead),
         "overhead_median_s": statistics.median(overhead),
         # Overhead as a share of the study (after start-up): summed over tasks, spread over the
@@ -82,6 +83,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--backends", default="local,ray")
     args = parser.parse_args()
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs"
+          " (anything above ~0.2 makes the figures pessimistic)", flush=True)
     results: dict[tuple[str, int], dict[str, float]] = {}
     for backend in args.backends.split(","):
         for workers in (1, 2):
@@ -89,13 +93,14 @@ def main() -> None:
             results[(backend, workers)] = measure(backend, workers, args.evaluations, args.seeds)
     print()
     print("wall: the whole study, backend start included; speed-up and efficiency: on wall minus start;")
+    print("run s: mean wall time of one run (if it grows with the workers, the cores are not free)")
     print("overhead per task: mean (first tasks of each process pay its imports) and median (steady state)")
     print(f"{'backend':<8}{'workers':>8}{'wall s':>9}{'start s':>9}{'runs/h':>9}{'speed-up':>10}"
-          f"{'effic.':>8}{'ovh mean s':>12}{'ovh med s':>11}{'ovh share':>11}{'steady':>8}")
+          f"{'effic.':>8}{'run s':>7}{'ovh mean s':>12}{'ovh med s':>11}{'ovh share':>11}{'steady':>8}")
     for (backend, workers), r in results.items():
         speedup = steady(results[(backend, 1)]) / steady(r)
         print(f"{backend:<8}{workers:>8}{r['wall_s']:>9.1f}{r['startup_s']:>9.1f}{r['runs_per_hour']:>9.0f}"
-              f"{speedup:>9.2f}x{speedup / workers:>8.2f}{r['overhead_mean_s']:>12.3f}"
+              f"{speedup:>9.2f}x{speedup / workers:>8.2f}{r['run_mean_s']:>7.1f}{r['overhead_mean_s']:>12.3f}"
               f"{r['overhead_median_s']:>11.3f}{r['overhead_share']:>10.1%}{r['steady_share']:>8.2%}")
     print()
     print(f"{results[next(iter(results))]['runs']} runs of {args.evaluations} evaluations per row, {os.cpu_count()} CPUs")
