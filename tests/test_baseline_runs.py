@@ -46,10 +46,12 @@ def test_short_run_on_every_problem(algorithm: str, fidelity: str) -> None:
             assert int(bo["inner_fallbacks"].sum()) == 0, problem
 
 
-@pytest.mark.parametrize("algorithm", BASELINES)
-def test_runs_are_deterministic(algorithm: str) -> None:
-    a = _run(algorithm, "modified-branin", "reference", seed=7).drop(columns=TIME_COLUMNS)
-    b = _run(algorithm, "modified-branin", "reference", seed=7).drop(columns=TIME_COLUMNS)
+@pytest.mark.parametrize(
+    ("algorithm", "fidelity"), [(a, "reference") for a in BASELINES] + [("drbo-mmd", "paper"), ("drbo-kde", "paper")]
+)
+def test_runs_are_deterministic(algorithm: str, fidelity: str) -> None:
+    a = _run(algorithm, "modified-branin", fidelity, seed=7).drop(columns=TIME_COLUMNS)
+    b = _run(algorithm, "modified-branin", fidelity, seed=7).drop(columns=TIME_COLUMNS)
     pd.testing.assert_frame_equal(a, b)
 
 
