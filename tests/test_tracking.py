@@ -18,14 +18,21 @@ STUDY = {"name": "unit", "problems": ["newsvendor"], "algorithms": [{"name": "er
          "seeds": [1, 2, 3], "evaluations": 7, "init_size": 5, "tracking_uri": "none"}
 
 
-@pytest.fixture()
-def tracked(tmp_path: Path):
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
+@pytest.fixture(scope="module")
+def database(tmp_path_factory) -> str:
+    """One sqlite store for the module (creating it runs MLflow's migrations: seconds)."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
     check_tracking_uri(uri)  # creates the database
-    study = parse_study_config(STUDY | {"output_dir": str(tmp_path / "out")})
-    tracker = StudyTracker(uri, "unit")
+    return uri
+
+
+@pytest.fixture()
+def tracked(database: str, tmp_path: Path, request):
+    name = request.node.name[5:45]  # an experiment per test
+    study = parse_study_config(STUDY | {"name": name, "output_dir": str(tmp_path / "out")})
+    tracker = StudyTracker(database, name)
     tracker.start(study, yaml.safe_dump(STUDY), {"backend": "serial"})
-    return tracker, study, ResultStore(study.output_dir), MlflowClient(uri)
+    return tracker, study, ResultStore(study.output_dir), MlflowClient(database)
 
 
 def children(client: MlflowClient, tracker: StudyTracker) -> list:
@@ -84,7 +91,7 @@ def test_reconcile_logs_what_the_store_has_and_kills_orphans_once(tracked) -> No
 def test_a_resumed_study_reuses_its_experiment_and_parent_run(tracked) -> None:
     tracker, study, _, client = tracked
     tracker.end("FINISHED", {"runs_finished_total": 0.0})
-    again = StudyTracker(tracker.uri, "unit")
+    again = StudyTracker(tracker.uri, tracker.study_name)
     again.start(study, "name: unit\n")
     assert (again.experiment_id, again.parent_run_id) == (tracker.experiment_id, tracker.parent_run_id)
     assert client.get_run(again.parent_run_id).info.status == "RUNNING"

@@ -80,7 +80,7 @@ def _node_ports() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def ray_cluster():
+def ray_cluster(_mlflow_process):
     """A Ray head (Jobs API on: the dashboard) and a second node, 1 CPU each."""
     root = Path(tempfile.mkdtemp(prefix="wdr", dir="/tmp"))  # short: Ray's socket paths have a length limit
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
@@ -125,11 +125,19 @@ def ray_cluster():
 class MlflowServer:
     uri: str
     process: subprocess.Popen
+    log: Path
+
+    def up(self) -> bool:
+        try:
+            return requests.get(f"{self.uri}/health", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
 
 
 @pytest.fixture(scope="session")
-def mlflow_server():
-    """`mlflow server` on 127.0.0.1 with a sqlite backend and proxied artifacts."""
+def _mlflow_process():
+    """`mlflow server` on 127.0.0.1 with a sqlite backend and proxied artifacts; started
+    without waiting, so that it boots while the Ray cluster does."""
     root = Path(tempfile.mkdtemp(prefix="wdrml", dir="/tmp"))
     port = free_port()
     log = root / "server.log"
@@ -138,17 +146,15 @@ def mlflow_server():
          "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination", str(root / "artifacts")],
         cwd=root, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
     )
-    server = MlflowServer(f"http://127.0.0.1:{port}", process)
-
-    def up() -> bool:
-        try:
-            return requests.get(f"{server.uri}/health", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
     try:
-        wait_for(up, 120, "mlflow server", log)
-        yield server
+        yield MlflowServer(f"http://127.0.0.1:{port}", process, log)
     finally:
         stop(process, grace_s=10)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(_mlflow_process: MlflowServer, ray_cluster) -> MlflowServer:
+    """The tracking server, ready (every test here uses both servers)."""
+    wait_for(_mlflow_process.up, 120, "mlflow server", _mlflow_process.log)
+    return _mlflow_process

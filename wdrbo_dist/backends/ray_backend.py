@@ -38,10 +38,10 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
         return False
     _prepare_environment()
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
-    if address is None:
+    if address is None and not os.environ.get("RAY_ADDRESS"):
         kwargs.update(num_cpus=num_cpus, include_dashboard=False)
-    else:
-        kwargs["address"] = address
+    elif address is not None:
+        kwargs["address"] = address  # else: RAY_ADDRESS names the cluster (e.g. inside a Ray job)
     ray.init(**kwargs)
     return True
 
