@@ -86,7 +86,7 @@ def status_matrix(study) -> list[str]:
         f"study {study.name} ({study.fidelity}, {len(study.seeds)} seeds, {study.evaluations} evaluations) "
         f"in {study.output_dir}",
         "cells: done/failed/missing over seeds",
-        "".ljust(width) + "".join(a.ljust(col) for a in study.algorithms),
+        ("".ljust(width) + "".join(a.ljust(col) for a in study.algorithms)).rstrip(),
     ]
     for problem in study.problems:
         row = problem.ljust(width)
