@@ -61,13 +61,31 @@ def test_radius() -> None:
     assert mmd_radius(16) == pytest.approx(MMD_RADIUS_CONSTANT / 4)
 
 
-@pytest.mark.parametrize("kind", ["eigen", "cholesky"])
+@pytest.mark.parametrize("kind", ["pivoted", "eigen", "cholesky"])
 def test_factor_reproduces_the_gram_matrix(kind: str) -> None:
     grid = np.linspace(0, 1, 100)[:, None]
     for lengthscale in (0.05, 0.3, 2.0):  # up to numerically indefinite
         k = _rbf_gram(grid, lengthscale)
         f = gram_factor(k, kind)
         assert np.abs(f @ f.T - k).max() < 1e-6
+
+
+def test_pivoted_factor_has_a_staircase_pattern_and_matches_the_eigen_factor_values() -> None:
+    grid = context_grid(UNIT2, 100, diagonal=False).numpy()
+    d2 = ((grid[:, None, :] - grid[None, :, :]) ** 2 / np.array([0.2, 0.3]) ** 2).sum(-1)
+    k = np.exp(-0.5 * d2)  # a full-rank, badly conditioned 10 x 10 grid Gram matrix
+    factor = gram_factor(k, "pivoted")
+    rank = int((factor != 0).any(0).sum())
+    assert np.count_nonzero(factor) <= 100 * rank - rank * (rank - 1) // 2  # permuted triangular
+    rng = np.random.default_rng(3)
+    w = np.bincount(rng.integers(0, 100, 40), minlength=100) / 40.0
+    rows = rng.normal(size=(3, 100))
+    values = {}
+    for kind in ("pivoted", "eigen"):
+        program = MMDWorstCase(100, solver="CLARABEL")
+        program.prepare(gram_factor(k, kind), w, 0.6)
+        values[kind] = [float(u @ program.solve(u)[0]) for u in rows]
+    assert np.allclose(values["pivoted"], values["eigen"], atol=1e-6)
 
 
 # --- the conic solve against independent computations --------------------------------------------
@@ -110,6 +128,8 @@ def test_two_point_grid_has_the_exact_interval_solution() -> None:
 
 
 @pytest.mark.parametrize(("solver", "path", "kind"), [
+    ("SCS", "compiled", "pivoted"),
+    ("CLARABEL", "compiled", "pivoted"),
     ("SCS", "compiled", "eigen"),
     ("SCS", "cvxpy", "eigen"),
     ("SCS", "compiled", "cholesky"),
