@@ -185,7 +185,7 @@ def log_child_run(
     `records_file` is the parquet to attach; without it a temporary copy is written.
     The run is left RUNNING: `finish_child_run` ends it once the store holds the result.
     """
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric, Param
 
     spec = result.spec
     tags = run_tags(spec, parent_run_id, result)

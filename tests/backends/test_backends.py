@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pytest
 import yaml
 
 from wdrbo_dist.backends import map_tasks
