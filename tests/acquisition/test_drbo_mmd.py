@@ -13,7 +13,7 @@ from scipy.optimize import minimize
 
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD, MMDAcquisition, MMDWorstCase, gram_factor
-from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_grid, empirical_pmf, mmd_radius
+from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf, mmd_radius
 from wdrbo_dist.models.gp import fit_gp
 from wdrbo_dist.problems import make_problem
 
@@ -246,3 +246,17 @@ def test_equal_ucb_values_and_a_point_mass_centre_give_finite_values(solver: str
     p, status = program.solve(np.full(30, 0.7))
     assert status == "optimal" and np.isfinite(p).all()
     assert float(np.full(30, 0.7) @ p) == pytest.approx(0.7, abs=1e-4)
+
+
+def test_tensor_grid_factor_is_a_factor_of_the_grid_gram_matrix() -> None:
+    problem, state, model = _state_and_model("modified-branin", n=15)
+    algo = DRBOMMD(problem, "paper")
+    grid = algo.grid()
+    lengthscale = model.lengthscale[2:]
+    gram = context_gram(grid, lengthscale)
+    factor = algo.factor(gram, lengthscale)
+    assert factor.shape == (100, 100)
+    assert np.abs(factor @ factor.T - gram.numpy()).max() < 1e-8
+    reference = DRBOMMD(problem, "reference")  # the diagonal: a factor of its own K
+    diag_gram = context_gram(reference.grid(), lengthscale)
+    assert np.abs(reference.factor(diag_gram, lengthscale) @ reference.factor(diag_gram, lengthscale).T - diag_gram.numpy()).max() < 1e-8

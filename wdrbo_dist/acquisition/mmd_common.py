@@ -21,18 +21,27 @@ from wdrbo_dist.models.gp import rbf
 MMD_RADIUS_CONSTANT = 2.0 + math.sqrt(2.0 * math.log(10.0))
 
 
-def context_grid(bounds: Tensor, size: int, diagonal: bool) -> Tensor:
-    """The discretisation [M, d_c] of the context box `bounds` [2, d_c]."""
+def grid_axes(bounds: Tensor, size: int, diagonal: bool) -> list[Tensor]:
+    """The per-dimension linspaces the grid is built from."""
     bounds = bounds.to(torch.float64)
     dim = bounds.shape[-1]
     if dim == 1:
-        return torch.linspace(float(bounds[0, 0]), float(bounds[1, 0]), size, dtype=torch.float64).unsqueeze(-1)
-    if diagonal:
+        per_dim = size
+    elif diagonal:
         per_dim = math.ceil(size ** (1.0 / dim))
     else:
         per_dim = max(1, round(size ** (1.0 / dim)))
-    axes = [torch.linspace(float(bounds[0, k]), float(bounds[1, k]), per_dim, dtype=torch.float64) for k in range(dim)]
-    if diagonal:
+    return [torch.linspace(float(bounds[0, k]), float(bounds[1, k]), per_dim, dtype=torch.float64) for k in range(dim)]
+
+
+def context_grid(bounds: Tensor, size: int, diagonal: bool) -> Tensor:
+    """The discretisation [M, d_c] of the context box `bounds` [2, d_c].
+
+    Tensor grids are ordered like `torch.meshgrid(..., indexing="ij")` flattened, so that the
+    Gram matrix of a product kernel on them is the Kronecker product of the per-axis ones.
+    """
+    axes = grid_axes(bounds, size, diagonal)
+    if diagonal or len(axes) == 1:
         return torch.stack(axes, dim=-1)
     mesh = torch.meshgrid(*axes, indexing="ij")
     return torch.stack([m.reshape(-1) for m in mesh], dim=-1)
