@@ -12,7 +12,7 @@ import torch
 from scipy.optimize import minimize
 
 from wdrbo_dist.acquisition.base import BOState
-from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD, MMDAcquisition, MMDWorstCase, gram_factor
+from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD, MMDAcquisition, MMDWorstCase, drop_zero_cone_rows, gram_factor
 from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf, mmd_radius
 from wdrbo_dist.models.gp import fit_gp
 from wdrbo_dist.problems import make_problem
@@ -153,6 +153,59 @@ def test_solve_matches_slsqp_on_small_grids(solver: str, path: str, kind: str) -
                 assert p.sum() == pytest.approx(1.0, abs=1e-4) and p.min() > -1e-4
                 assert (p - w) @ k @ (p - w) <= r**2 + 1e-4
                 assert float(u @ p) == pytest.approx(_slsqp(u, w, k, r), abs=2e-4)
+
+
+def test_zero_cone_rows_are_dropped_and_the_rest_kept() -> None:
+    import scipy.sparse as sp
+    from types import SimpleNamespace
+
+    # rows: 1 zero-cone, 2 nonneg, then SOC of 4 rows (one identically zero), SOC of 3 (b != 0)
+    a = sp.csc_matrix(np.array([
+        [1.0, 1.0], [-1.0, 0.0], [0.0, -1.0],
+        [0.0, 0.0], [2.0, 0.0], [0.0, 0.0], [0.0, 3.0],
+        [0.0, 0.0], [0.0, 0.0], [1.0, 0.0],
+    ]))
+    b = np.array([1.0, 0.0, 0.0, 0.5, 0.0, 0.0, 0.0, 0.7, 0.2, 0.0])
+    dims = SimpleNamespace(zero=1, nonneg=2, soc=[4, 3])
+    a2, b2, kept = drop_zero_cone_rows(a, b, dims)
+    assert (kept.zero, kept.nonneg, kept.soc) == (1, 2, (3, 3))  # the SOC's leading row always stays
+    assert np.array_equal(b2, b[[0, 1, 2, 3, 4, 6, 7, 8, 9]])
+    assert np.array_equal(a2.toarray(), a.toarray()[[0, 1, 2, 3, 4, 6, 7, 8, 9]])
+
+
+@pytest.mark.parametrize("solver", ["CLARABEL", "SCS"])
+def test_low_rank_factor_solves_agree_with_and_without_equilibration(solver: str) -> None:
+    # A smooth 1-D Gram matrix: rank ~ 20 of 100, so most of the cone's rows are dropped.
+    grid = np.linspace(0, 1, 100)[:, None]
+    factor = gram_factor(_rbf_gram(grid, 0.15))
+    assert (np.abs(factor).sum(0) > 0).sum() < 40
+    rng = np.random.default_rng(4)
+    w = np.bincount(rng.integers(0, 100, 30), minlength=100) / 30.0
+    values = {}
+    ucb_rows = rng.normal(size=(5, 100)) + np.linspace(0, 1, 100)
+    for equilibrate in (True, False):
+        program = MMDWorstCase(100, solver=solver, equilibrate=equilibrate)
+        program.prepare(factor, w, mmd_radius(30))
+        rows = [program.solve(u) for u in ucb_rows]
+        assert all(status == "optimal" for _, status in rows)
+        values[equilibrate] = [p for p, _ in rows]
+    tolerance = 1e-6 if solver == "CLARABEL" else 1e-3
+    for u, p_on, p_off in zip(ucb_rows, values[True], values[False]):
+        assert float(u @ p_on) == pytest.approx(float(u @ p_off), abs=tolerance)
+        assert np.linalg.norm(factor.T @ (p_off - w)) <= mmd_radius(30) + tolerance
+
+
+def test_identical_rows_in_a_step_are_solved_once() -> None:
+    problem, state, model = _state_and_model("ackley", n=10)
+    acq = DRBOMMD(problem, "paper").acquisition(model, state, torch.Generator())
+    x = torch.tensor([[0.3, 0.2], [0.0, 1.0], [0.3, 0.2], [0.0, 1.0], [0.7, 0.1]], dtype=T)  # a restart pinned to a bound
+    with torch.no_grad():
+        values = acq(x)
+    assert acq.telemetry.solves == 3  # distinct rows only
+    assert values[0] == values[2] and values[1] == values[3]
+    with torch.no_grad():
+        again = acq(x)  # a later call of the same step (the final evaluation, say)
+    assert acq.telemetry.solves == 3 and torch.equal(again, values)
 
 
 def test_large_radius_gives_the_worst_grid_point() -> None:

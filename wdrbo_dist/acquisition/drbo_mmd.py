@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -129,10 +130,45 @@ def gram_factor(gram: np.ndarray, kind: str = "pivoted") -> np.ndarray:
     raise ValueError(f"mmd_factor must be one of {FACTORS}, got {kind!r}")
 
 
+@dataclass(frozen=True)
+class ConeDims:
+    """The cone sizes of a conic program's rows: zero, nonnegative, then second-order cones."""
+
+    zero: int
+    nonneg: int
+    soc: tuple[int, ...]
+
+
+def drop_zero_cone_rows(a: Any, b: np.ndarray, dims: Any) -> tuple[Any, np.ndarray, ConeDims]:
+    """The same program without the second-order-cone rows that are identically zero.
+
+    A row with no nonzero in A and b = 0 pins its slack to 0, which adds nothing to ||s||: the
+    rows of the zero columns of a low-rank factor F. Dropping them shrinks a 101-row cone to
+    rank(F) + 1 rows (18 on Ackley), so each interior-point iteration factors a smaller KKT system.
+    Only non-leading rows of a cone are dropped; the zero and nonnegative rows are kept.
+    """
+    import scipy.sparse as sp
+
+    rows_csr = sp.csr_matrix(a)
+    nonzero = (np.diff(rows_csr.indptr) > 0) | (b != 0)
+    start = int(dims.zero) + int(dims.nonneg)
+    keep = list(range(start))
+    sizes = []
+    for size in dims.soc:
+        rows = [start] + [r for r in range(start + 1, start + int(size)) if nonzero[r]]
+        keep += rows
+        sizes.append(len(rows))
+        start += int(size)
+    keep_index = np.asarray(keep, dtype=np.int64)
+    return sp.csc_matrix(rows_csr[keep_index]), b[keep_index], ConeDims(int(dims.zero), int(dims.nonneg), tuple(sizes))
+
+
 class MMDWorstCase:
     """The inner SOCP of DRBO-MMD: one DPP problem per run, re-solved per candidate."""
 
-    def __init__(self, size: int, solver: str = "SCS", path: str = "compiled", warm_start: bool = True) -> None:
+    def __init__(
+        self, size: int, solver: str = "SCS", path: str = "compiled", warm_start: bool = True, equilibrate: bool = True
+    ) -> None:
         if solver not in SOLVERS:
             raise ValueError(f"mmd_solver must be one of {SOLVERS}, got {solver!r}")
         if path not in PATHS:
@@ -141,6 +177,7 @@ class MMDWorstCase:
         self.solver = solver
         self.path = path
         self.warm_start = warm_start
+        self.equilibrate = equilibrate
         self._cvx: dict[str, Any] | None = None  # CVXPY objects, built in the using process
         self._step: dict[str, Any] = {}
 
@@ -204,30 +241,31 @@ class MMDWorstCase:
         a = data["A"].tocsc()
         a.eliminate_zeros()  # the padded zero columns of F: same matrix, smaller workspace
         b = np.asarray(data["b"], dtype=np.float64)
+        a, b, dims = drop_zero_cone_rows(a, b, data["dims"])
         c0 = np.zeros(cvx["n_var"])
         if self.solver == "SCS":
             import scs
-            from cvxpy.reductions.solvers.conic_solvers.scs_conif import dims_to_solver_dict
 
             workspace = scs.SCS(
                 {"A": a, "b": b, "c": c0},
-                dims_to_solver_dict(data["dims"]),
+                {"z": dims.zero, "l": dims.nonneg, "q": list(dims.soc)},
                 eps_abs=SCS_TOLERANCE,
                 eps_rel=SCS_TOLERANCE,
+                normalize=self.equilibrate,
                 verbose=False,
             )
         else:
             import clarabel
             import scipy.sparse as sp
-            from cvxpy.reductions.solvers.conic_solvers.clarabel_conif import dims_to_solver_cones
 
             settings = clarabel.DefaultSettings()
             settings.verbose = False
             settings.presolve_enable = False  # keeps per-candidate data updates allowed
+            settings.equilibrate_enable = self.equilibrate
             n_var = cvx["n_var"]
-            workspace = clarabel.DefaultSolver(
-                sp.csc_matrix((n_var, n_var)), c0, a, b, dims_to_solver_cones(data["dims"]), settings
-            )
+            cones = [clarabel.ZeroConeT(dims.zero), clarabel.NonnegativeConeT(dims.nonneg)]
+            cones += [clarabel.SecondOrderConeT(q) for q in dims.soc]
+            workspace = clarabel.DefaultSolver(sp.csc_matrix((n_var, n_var)), c0, a, b, cones, settings)
         self._step["workspace"] = workspace
 
     def solve(self, u: np.ndarray, slot: int = 0) -> tuple[np.ndarray | None, str]:
@@ -289,13 +327,23 @@ class MMDAcquisition(Acquisition):
         self.features = model.context_features(grid)
         self.w = w
         self.program = program
+        self._solved: dict[bytes, np.ndarray] = {}  # this step's solutions by UCB row
 
     def worst_case(self, u: np.ndarray) -> np.ndarray:
-        """p* [b, M] for the UCB rows u [b, M] (one conic solve per row)."""
+        """p* [b, M] for the UCB rows u [b, M] (one conic solve per distinct row).
+
+        A row equal, bit for bit, to one already solved in this BO step (a restart pinned to a
+        bound, restarts that met) reuses that solution: 3-4 % of the rows on Ackley and Branin.
+        Telemetry counts the solves actually run.
+        """
         w = self.w.detach().cpu().numpy()
         rows = np.empty_like(u)
         tel = self.telemetry
         for i in range(u.shape[0]):
+            key = u[i].tobytes()
+            if key in self._solved:
+                rows[i] = self._solved[key]
+                continue
             start = time.perf_counter()
             if np.all(np.isfinite(u[i])):
                 p, status = self.program.solve(u[i], slot=i)
@@ -309,6 +357,7 @@ class MMDAcquisition(Acquisition):
                 tel.fallbacks += 1
                 p = w
             rows[i] = p
+            self._solved[key] = rows[i].copy()
         return rows
 
     def forward(self, x: Tensor) -> Tensor:
@@ -332,6 +381,9 @@ class DRBOMMD(Algorithm):
         "mmd_solve_path": ("compiled", "compiled"),  # compiled workspace per step, or problem.solve
         "mmd_factor": ("pivoted", "pivoted"),  # PSD-safe factor of K: pivoted / eigen (cutoff), cholesky (jitter)
         "mmd_warm_start": (True, True),
+        # Ruiz equilibration (Clarabel) / normalisation (SCS) of the data: off in the paper profile,
+        # where the grid problems are well scaled and Clarabel needs 7 iterations instead of 10.
+        "mmd_equilibrate": (False, True),
     }
 
     _grid: Tensor | None = None
@@ -362,6 +414,7 @@ class DRBOMMD(Algorithm):
                 solver=str(self.options["mmd_solver"]).upper(),
                 path=str(self.options["mmd_solve_path"]),
                 warm_start=bool(self.options["mmd_warm_start"]),
+                equilibrate=bool(self.options["mmd_equilibrate"]),
             )
         return self._program
 
