@@ -16,6 +16,7 @@ import yaml
 
 from wdrbo_dist.backends import map_tasks
 from wdrbo_dist.config import parse_study_config
+from wdrbo_dist.problems import PROBLEMS
 from wdrbo_dist.store import ResultStore
 from wdrbo_dist.study import make_tasks, run_study
 
@@ -107,3 +108,37 @@ def test_a_killed_pool_process_is_retried_in_a_new_pool(tmp_path: Path) -> None:
     assert all(o.result.ok for o in outcomes), [o.result.error for o in outcomes if not o.result.ok]
     assert max(o.attempts for o in outcomes) == 2
     assert _pool_children() == []  # the pools are gone
+
+
+def test_ray_records_a_raising_run_as_failed_once_and_does_not_retry_it(tmp_path: Path, monkeypatch) -> None:
+    import ray
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    from raising_problem import ATTEMPTS_ENV, RaisingProblem
+
+    attempts = tmp_path / "attempts.log"
+    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN", secrets.token_hex(16))
+    monkeypatch.setenv(ATTEMPTS_ENV, str(attempts))
+    monkeypatch.setitem(PROBLEMS, "raises", RaisingProblem)  # here, for the config; workers: the hook
+    study = parse_study_config(tiny_study(tmp_path, problems=["raises", "newsvendor"], seeds=[1, 2],
+                                          algorithms=[{"name": "erbo", "options": FAST}]))
+    tasks = make_tasks(study, study.runs, None)
+    here = str(Path(__file__).parent)
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={
+        "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
+                     ATTEMPTS_ENV: str(attempts)},
+        "worker_process_setup_hook": "raising_problem.register",
+    })
+    try:
+        outcomes = list(map_tasks(tasks, "ray", workers=2))
+    finally:
+        ray.shutdown()
+    failed = [o for o in outcomes if not o.result.ok]
+    assert sorted(o.task.spec.problem for o in failed) == ["raises", "raises"]
+    assert all("FloatingPointError: the truth is not available today" in (o.result.error or "") for o in failed)
+    assert all(o.attempts == 1 for o in outcomes)
+    assert all(o.result.ok for o in outcomes if o.task.spec.problem == "newsvendor")
+    # Each raising run was tried exactly once, in a Ray worker (not in this process).
+    pids = attempts.read_text().split()
+    assert len(pids) == 2 and str(os.getpid()) not in pids

@@ -63,6 +63,7 @@ class RayCluster:
     gcs_address: str
     dashboard_url: str
     env: dict[str, str]
+    root: Path  # the nodes' --temp-dir parent: sessions, logs, unpacked job uploads
     processes: list[subprocess.Popen] = field(default_factory=list)
 
     @property
@@ -92,7 +93,7 @@ def ray_cluster(_mlflow_process):
     common = ["--num-cpus", "1", "--object-store-memory", str(100 * 1024**2), "--disable-usage-stats",
               "--node-ip-address", "127.0.0.1", "--block"]
     head_log, worker_log = root / "head.log", root / "worker.log"
-    cluster = RayCluster(f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}", env)
+    cluster = RayCluster(f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}", env, root)
     try:
         cluster.processes.append(subprocess.Popen(
             [str(BIN / "ray"), "start", "--head", "--port", str(gcs), "--include-dashboard=true",

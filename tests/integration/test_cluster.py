@@ -68,6 +68,10 @@ def test_a_study_submitted_as_a_ray_job_is_found_in_the_store_and_the_server(ray
     assert store.finished_keys() == keys
     statuses = finished_once(mlflow_server.uri, "jobs")
     assert set(statuses) == keys and all(s == ["FINISHED"] for s in statuses.values())
+    # The upload: the config went (unpacked on the cluster), the .venv did not.
+    unpacked = [p for p in ray_cluster.root.rglob("study.yaml") if "working_dir_files" in p.parts]
+    assert unpacked, "the uploaded working dir was not found under the cluster's temp dir"
+    assert not list(ray_cluster.root.rglob("huge.bin"))
     # The cluster's records are the driver's: the same spec gives the same records anywhere.
     for spec in study.runs[:2]:
         local = run_one(spec)

@@ -27,12 +27,18 @@ How the solve is organised (Project decision 4):
   changes (u enters c as an embedding found once per run), followed by a solve (SCS: warm-started
   from the previous solution of the same batch slot).
   Path "cvxpy": `problem.solve(...)` per candidate, the plain DPP re-solve (same problem, slower).
+- Before the workspace is set up, the cone rows that are identically zero (those of F's padded
+  zero columns) are dropped: the second-order cone then has rank(F) + 1 rows, not M + 1.
 - Solver: the reference profile uses SCS with CVXPY's SCS tolerances (eps_abs = eps_rel = 1e-5),
   as the published code did. The paper profile uses Clarabel (interior point, CVXPY's default
-  tolerances, 1e-8): the same optimum, more accurately, and faster here, because SCS needs
-  250-500 ADMM iterations per solve whatever the warm start or scale (Clarabel: 9-13). Measured
-  on Ackley, 100 evaluations, about 25,000 solves per run, one thread: SCS 7.4 ms per solve,
-  Clarabel 3.0 ms; Branin's 10x10 grid: Clarabel 6.3 ms.
+  tolerances, 1e-8) without Ruiz equilibration (`mmd_equilibrate`): the same optimum, more
+  accurately, and faster here, because SCS needs 250-500 ADMM iterations per solve whatever the
+  warm start or scale (Clarabel: 7-13).
+- Cost (measured, quiet 2-core machine, one thread, `benchmarks/run_time.py`): about 25,000
+  solves per 100-evaluation run; on Ackley rank(F) is 10-35 and a Clarabel solve takes 0.7-1.4
+  ms (about 10 iterations of 80-130 us, the KKT factorisation, which grows with rank(F)^2);
+  on Branin's 10x10 grid F has full rank and a solve takes about 2.1 ms. ECOS and the conic dual
+  (rank(F) + 2 variables) were tried: no faster.
 
 Telemetry per BO step: solves, failures (status not optimal, including "optimal_inaccurate",
 whose solution is still used as the reference would), fallbacks (p = w), inner-solve seconds.
@@ -370,7 +376,7 @@ class DRBOMMD(Algorithm):
     name = "drbo-mmd"
     description = "DRBO-MMD: worst-case mean UCB over an MMD ball on a 100-point context grid (SOCP per candidate)"
     settings = CHEAP
-    relative_cost = 6.0  # measured (paper profile): 4.3x ERBO on Ackley, 8.6x on Branin's 10x10 grid
+    relative_cost = 6.2  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py)
     OPTIONS = {
         "grid_size": (100, 100),  # points of the context discretisation (spec 3.6)
         "radius_constant": (MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT),  # r_n = constant / sqrt(n)
