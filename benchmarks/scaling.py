@@ -8,8 +8,12 @@ run's own wall time: scheduling, process start, argument and result transfer). B
 
 Targets (issue 4): 2 workers >= 1.8x one worker; Ray's overhead <= 2 % of study time.
 
-    .venv/bin/python benchmarks/scaling.py                 # 12 runs of 40 evaluations (~10 min)
+    .venv/bin/python benchmarks/scaling.py                 # 12 runs of 100 evaluations (~6 min)
     .venv/bin/python benchmarks/scaling.py --evaluations 20 --backends ray
+
+The runs are full-length (5-15 s each): with runs of a second or two, each worker process's
+start (importing torch and the package, ~1.5 s) is a large share of a tiny study and says
+little about a real one.
 
 Measure on an otherwise idle machine: a second user of the two cores halves every figure.
 """
@@ -36,7 +40,7 @@ from wdrbo_dist.study import make_tasks  # noqa: E402
 def study(evaluations: int, seeds: int, out: Path):
     return parse_study_config({
         "name": "scaling", "problems": ["three-hump-camel", "newsvendor", "toy-general"],
-        "algorithms": ["erbo", "gp-ucb"], "seeds": list(range(100, 100 + seeds)),
+        "algorithms": ["erbo", "wdrbo"], "seeds": list(range(100, 100 + seeds)),
         "evaluations": evaluations, "init_size": 5, "tracking_uri": "none", "output_dir": str(out),
     })
 
@@ -79,7 +83,7 @@ def steady(r: dict[str, float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--evaluations", type=int, default=40)
+    parser.add_argument("--evaluations", type=int, default=100)
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--backends", default="local,ray")
     args = parser.parse_args()

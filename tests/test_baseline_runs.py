@@ -40,9 +40,10 @@ def test_short_run_on_every_problem(algorithm: str, fidelity: str) -> None:
         if algorithm in ("drbo-kde", "drbo-mmd", "drbo-mmd-minimax"):
             assert (bo["inner_solves"] > 0).all() and (bo["inner_solve_s"] > 0).all()
         if algorithm == "drbo-mmd":
-            # one conic solve per candidate: raw screening + each Adam step's restarts + the final check
-            expected = FAST["raw_samples"] + FAST["num_restarts"] * (bo["adam_steps"] + 1)
-            assert bo["inner_solves"].tolist() == expected.tolist()
+            # at most one conic solve per candidate (raw screening + each Adam step's restarts + the
+            # final check); a candidate whose UCB row repeats one of the step (a pinned restart) reuses it
+            candidates = FAST["raw_samples"] + FAST["num_restarts"] * (bo["adam_steps"] + 1)
+            assert (bo["inner_solves"] <= candidates).all() and (bo["inner_solves"] > FAST["raw_samples"]).all()
             assert int(bo["inner_fallbacks"].sum()) == 0, problem
 
 
