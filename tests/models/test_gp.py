@@ -126,3 +126,20 @@ def test_pairwise_ucb_and_context_gradient_equal_the_direct_computation(dim_c: i
     grad_pairs = torch.cat([cand.unsqueeze(1).expand(-1, 11, -1), points.expand(300, -1, -1)], -1)
     _, direct = model.ucb_and_gradient(grad_pairs, 1.5, slice(2, None))
     assert grad is not None and torch.allclose(grad, direct, atol=1e-6)
+
+
+def test_detached_context_gradients_keep_values_and_the_value_gradient() -> None:
+    x, y = _data(40, 3, seed=10)
+    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(11)
+    contexts, points = torch.rand(17, 1, generator=g, dtype=torch.float64), torch.rand(11, 1, generator=g, dtype=torch.float64)
+    features = model.context_features(contexts, points)
+    results = {}
+    for detach in (False, True):
+        cand = torch.rand(150, 2, generator=torch.Generator().manual_seed(12), dtype=torch.float64).requires_grad_(True)
+        ucb, grad = model.ucb_from_features(cand, features, 1.5, detach_gradient=detach)
+        assert grad is not None
+        (d_value,) = torch.autograd.grad(ucb.sum(), cand)
+        results[detach] = (ucb.detach(), grad.detach(), d_value)
+    for kept, detached in zip(results[False], results[True]):
+        assert torch.allclose(kept, detached, rtol=1e-9, atol=1e-9)  # the same sums, split

@@ -60,7 +60,7 @@ class WassersteinUCB(Acquisition):
         if self._all_features is None:
             return self.expected_ucb(x)
         # One pass shares the candidate-side work between the mean term and L(x).
-        ucb, grad = self.model.ucb_from_features(x, self._all_features, self.beta)
+        ucb, grad = self.model.ucb_from_features(x, self._all_features, self.beta, self.detach_lipschitz)
         assert grad is not None
         penalty = grad.norm(dim=-1).amax(dim=-1)
         if self.detach_lipschitz:

@@ -168,18 +168,36 @@ class GaussianProcess:
             n_gradient=m, dim_c=dim_c,
         )
 
-    def ucb_from_features(self, x: Tensor, features: "ContextFeatures", beta: float) -> tuple[Tensor, Tensor | None]:
-        """The candidate side of `ucb_pairs`: differentiable in x."""
+    def ucb_from_features(
+        self, x: Tensor, features: "ContextFeatures", beta: float, detach_gradient: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """The candidate side of `ucb_pairs`: differentiable in x.
+
+        With `detach_gradient` the context gradients are computed outside autograd (WDRBO's
+        detached L(x)): the backward pass then multiplies only the value columns, not the
+        2-3x more gradient columns.
+        """
         dim_x = x.shape[-1]
         rows, cols, k_inv_weighted = self._upper_triangle()
         train_x, ls_x = self.train_x[:, :dim_x], self.lengthscale[:dim_x]
+        n_ctx = features.n_contexts
+        split = detach_gradient and features.n_gradient > 0 and torch.is_grad_enabled()
         quads, means = [], []
         for chunk in x.split(PAIR_CHUNK):
             k_x = rbf(chunk, train_x, ls_x)  # [c, n]
-            quads.append((k_x[:, rows] * k_x[:, cols] * k_inv_weighted) @ features.quad)
-            means.append((k_x * self._alpha) @ features.mean)
+            pair = k_x[:, rows] * k_x[:, cols] * k_inv_weighted
+            weighted = k_x * self._alpha
+            if split:
+                quad_value, mean_value = pair @ features.quad[:, :n_ctx], weighted @ features.mean[:, :n_ctx]
+                with torch.no_grad():
+                    quad_rest, mean_rest = pair @ features.quad[:, n_ctx:], weighted @ features.mean[:, n_ctx:]
+                quads.append(torch.cat([quad_value, quad_rest], 1))
+                means.append(torch.cat([mean_value, mean_rest], 1))
+            else:
+                quads.append(pair @ features.quad)
+                means.append(weighted @ features.mean)
         quad, mean = torch.cat(quads, 0), torch.cat(means, 0)
-        n_ctx, m, d_c = features.n_contexts, features.n_gradient, features.dim_c
+        m, d_c = features.n_gradient, features.dim_c
         sigma = (1.0 - quad[:, :n_ctx]).clamp_min(VARIANCE_FLOOR).sqrt()
         ucb = self.mean_constant + mean[:, :n_ctx] + beta * sigma
         if m == 0:
