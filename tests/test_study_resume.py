@@ -52,7 +52,7 @@ def test_interrupt_then_kill_then_resume(tmp_path: Path) -> None:
     config = tmp_path / "study.yaml"
     config.write_text(yaml.safe_dump({
         "name": "resume", "problems": ["newsvendor", "three-hump-camel"], "algorithms": [{"name": "gp-ucb", "options": FAST}],
-        "seeds": [1, 2, 3, 4, 5, 6], "evaluations": 12, "init_size": 5, "backend": "local", "workers": 2,
+        "seeds": [1, 2, 3, 4, 5, 6], "evaluations": 25, "init_size": 5, "backend": "local", "workers": 2,
         "tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "output_dir": str(tmp_path / "out"),
     }))
     study = load_study_config(config)
