@@ -21,10 +21,17 @@ CLI = str(Path(sys.executable).with_name("wdrbo-dist"))
 FAST = {"raw_samples": 32, "num_restarts": 2}
 
 
+def _as_from_a_terminal() -> None:
+    # A shell gives a foreground command the default SIGINT; a process started in the
+    # background of a non-interactive shell (`make test &`) ignores it, and so would the driver.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(config: Path, *args: str) -> subprocess.Popen:
     # Its own process group, like a command started from a shell.
     return subprocess.Popen([CLI, "run", str(config), "--quiet", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
 
 
 def wait_finished(store: ResultStore, count: int, driver: subprocess.Popen, timeout_s: float = 300) -> None:
@@ -33,6 +40,14 @@ def wait_finished(store: ResultStore, count: int, driver: subprocess.Popen, time
         assert driver.poll() is None, driver.communicate()[0][-3000:]
         assert time.monotonic() < deadline, "no progress"
         time.sleep(0.2)
+
+
+def ignored_signals(pid: int) -> str:
+    """The SigIgn mask of a process, from /proc (a process inherits ignored signals)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return line.split()[1]
+    return "?"
 
 
 def group_alive(pgid: int) -> bool:
@@ -62,9 +77,11 @@ def test_interrupt_then_kill_then_resume(tmp_path: Path) -> None:
         # 1. Ctrl-C (SIGINT to the whole foreground group): cancels, exits 130, leaves no process.
         drivers.append(driver := start(config))
         wait_finished(store, 1, driver)
+        ignored = ignored_signals(driver.pid)
         os.killpg(driver.pid, signal.SIGINT)
         output, _ = driver.communicate(timeout=60)
-        assert driver.returncode == 130, output[-3000:]
+        assert driver.returncode == 130, (f"driver ignores {ignored}, pytest ignores {ignored_signals(os.getpid())}",
+                                          output[-3000:])
         assert "interrupted:" in output and "run the same command again" in output
         deadline = time.monotonic() + 20
         while group_alive(driver.pid) and time.monotonic() < deadline:
