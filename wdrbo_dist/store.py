@@ -25,6 +25,7 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
@@ -47,14 +48,17 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_parquet_atomic(frame: pd.DataFrame, path: str | os.PathLike[str]) -> None:
-    """Write `frame` to `path` through a temporary file in the same folder and a rename."""
+def write_atomic(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
+    """Call `write(tmp)` on a temporary file beside `path`, flush it to disk, rename it to `path`.
+
+    A reader sees the old file or the whole new one, never a part, even after a machine crash.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        frame.to_parquet(tmp, index=False)
+        write(tmp)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, target)
@@ -64,21 +68,15 @@ def write_parquet_atomic(frame: pd.DataFrame, path: str | os.PathLike[str]) -> N
     _fsync_dir(target.parent)
 
 
+def write_parquet_atomic(frame: pd.DataFrame, path: str | os.PathLike[str]) -> None:
+    """Write `frame` to `path` as parquet, atomically."""
+    write_atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
+
+
 def write_json_atomic(payload: dict, path: str | os.PathLike[str]) -> None:
-    """Write `payload` as JSON to `path` atomically."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=1, sort_keys=True, default=str)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
+    """Write `payload` as JSON to `path`, atomically."""
+    text = json.dumps(payload, indent=1, sort_keys=True, default=str)
+    write_atomic(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def spec_to_dict(spec: RunSpec) -> dict[str, Any]:
