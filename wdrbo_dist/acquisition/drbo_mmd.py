@@ -387,8 +387,8 @@ class DRBOMMD(Algorithm):
         "mmd_solve_path": ("compiled", "compiled"),  # compiled workspace per step, or problem.solve
         "mmd_factor": ("pivoted", "pivoted"),  # PSD-safe factor of K: pivoted / eigen (cutoff), cholesky (jitter)
         "mmd_warm_start": (True, True),
-        # Ruiz equilibration (Clarabel) / normalisation (SCS) of the data: off in the paper profile,
-        # where the grid problems are well scaled and Clarabel needs 7 iterations instead of 10.
+        # Data equilibration (Clarabel: Ruiz; SCS: normalize) on the compiled path. Off in the paper
+        # profile: these grid problems are well scaled and Clarabel needs ~7 iterations, not ~10.
         "mmd_equilibrate": (False, True),
     }
 
