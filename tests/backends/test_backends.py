@@ -143,3 +143,25 @@ def test_ray_records_a_raising_run_as_failed_once_and_does_not_retry_it(tmp_path
     # Each raising run was tried exactly once, in a Ray worker (not in this process).
     pids = attempts.read_text().split()
     assert len(pids) == 2 and str(os.getpid()) not in pids
+
+
+def _thread_pools(_: int) -> tuple[int, list[tuple[str, int]]]:
+    import threadpoolctl
+    import torch
+
+    return torch.get_num_threads(), sorted((p["internal_api"], p["num_threads"]) for p in threadpoolctl.threadpool_info())
+
+
+def test_pool_processes_start_with_single_thread_openmp_and_blas(monkeypatch) -> None:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from wdrbo_dist.backends.local import THREAD_VARIABLES, _thread_environment
+
+    for name in THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    with _thread_environment(1):
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            torch_threads, pools = pool.submit(_thread_pools, 0).result()
+    assert torch_threads == 1 and pools and all(threads == 1 for _, threads in pools)
+    assert all(name not in os.environ for name in THREAD_VARIABLES)  # the driver's own env is restored

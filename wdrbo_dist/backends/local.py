@@ -9,10 +9,12 @@ pool; the pool is rebuilt and the runs that were in flight are retried up to `ma
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
@@ -42,7 +44,35 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
         process.join(timeout=5)
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+@contextmanager
+def _thread_environment(threads: int) -> Iterator[None]:
+    """Pool processes import torch and NumPy before `set_threads` runs, and their OpenMP and
+    BLAS pools take their size from these variables at that import (2 threads here otherwise,
+    checked with threadpoolctl). Ray sets them for its workers; the pool's processes get them
+    the same way, from the environment they are spawned with.
+    """
+    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def map_local(tasks: Sequence[Task], workers: int, max_attempts: int = MAX_ATTEMPTS) -> Iterator[Outcome]:
+    threads = max((task.threads for task in tasks), default=1)
+    with _thread_environment(threads):
+        yield from _map_local(tasks, workers, max_attempts)
+
+
+def _map_local(tasks: Sequence[Task], workers: int, max_attempts: int) -> Iterator[Outcome]:
     queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
     pool = _new_pool(workers)
     running: dict[Future, tuple[Task, int, float]] = {}
