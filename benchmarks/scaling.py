@@ -8,12 +8,12 @@ run's own wall time: scheduling, process start, argument and result transfer). B
 
 Targets (issue 4): 2 workers >= 1.8x one worker; Ray's overhead <= 2 % of study time.
 
-    .venv/bin/python benchmarks/scaling.py                 # 12 runs of 100 evaluations (~6 min)
+    .venv/bin/python benchmarks/scaling.py                 # 24 runs of 100 evaluations (~9 min)
     .venv/bin/python benchmarks/scaling.py --evaluations 20 --backends ray
 
-The runs are full-length (5-15 s each): with runs of a second or two, each worker process's
-start (importing torch and the package, ~1.5 s) is a large share of a tiny study and says
-little about a real one.
+The runs are full-length (5-15 s each), 24 of them: each new worker process's first run pays
+its imports (torch and the package, ~1.5 s), a fixed cost per worker that is 3 % of a 12-run,
+50-second study and vanishes in a real one; with runs of a second or two it would dominate.
 
 Measure on an otherwise idle machine: a second user of the two cores halves every figure.
 """
@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")  # as the CLI's driver does, before torch is imported
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 if "RAY_AUTH_MODE" not in os.environ:  # a private token: nothing written to ~/.ray
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
@@ -84,7 +86,7 @@ def steady(r: dict[str, float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--evaluations", type=int, default=100)
-    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--seeds", type=int, default=4)
     parser.add_argument("--backends", default="local,ray")
     args = parser.parse_args()
     load = os.getloadavg()

@@ -20,11 +20,14 @@ import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
-import yaml
+for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_name, "1")  # as the CLI's driver does, before NumPy or torch is imported
 
-from wdrbo_dist.config import parse_study_config
-from wdrbo_dist.study import run_study
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+
+from wdrbo_dist.config import parse_study_config  # noqa: E402
+from wdrbo_dist.study import run_study  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
