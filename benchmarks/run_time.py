@@ -16,10 +16,11 @@ DRBO-KDE or minimax closed form), "inner n" their number per run.
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
+from wdrbo_dist.threads import default_thread_environment
+
+default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus=1
 
 import torch  # noqa: E402
 

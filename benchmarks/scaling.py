@@ -28,8 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_name, "1")  # as the CLI's driver does, before torch is imported
+from wdrbo_dist.threads import default_thread_environment
+
+default_thread_environment(1)  # as the CLI's driver does, before torch is imported
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 if "RAY_AUTH_MODE" not in os.environ:  # a private token: nothing written to ~/.ray
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))

@@ -20,8 +20,9 @@ import os
 import tempfile
 from pathlib import Path
 
-for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ.setdefault(_name, "1")  # as the CLI's driver does, before NumPy or torch is imported
+from wdrbo_dist.threads import default_thread_environment
+
+default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch is imported
 
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402

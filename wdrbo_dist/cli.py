@@ -7,17 +7,16 @@ before any work starts.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
+
+from wdrbo_dist.threads import default_thread_environment
 
 # The driver hands out runs and stores results; every run sets its own threads. One OpenMP /
 # BLAS thread here, fixed before NumPy or torch is first imported, keeps the driver's thread
 # pools off the cores the workers use (benchmarks/scaling.py --seeds 4 --backends local:
 # 2 workers 1.80x one worker without it, 1.90x with it). Set them yourself to override.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-for _name in THREAD_VARIABLES:
-    os.environ.setdefault(_name, "1")
+default_thread_environment(1)
 
 
 class UsageError(Exception):

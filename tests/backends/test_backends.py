@@ -156,7 +156,8 @@ def test_pool_processes_start_with_single_thread_openmp_and_blas(monkeypatch) ->
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from wdrbo_dist.backends.local import THREAD_VARIABLES, _thread_environment
+    from wdrbo_dist.backends.local import _thread_environment
+    from wdrbo_dist.threads import THREAD_VARIABLES
 
     for name in THREAD_VARIABLES:
         monkeypatch.delenv(name, raising=False)

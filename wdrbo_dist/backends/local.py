@@ -19,6 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 
 from wdrbo_dist.backends.task import Outcome, Task, execute, failed_outcome, stamped
+from wdrbo_dist.threads import THREAD_VARIABLES
 
 MAX_ATTEMPTS = 3
 
@@ -42,9 +43,6 @@ def _terminate(pool: ProcessPoolExecutor) -> None:
             process.terminate()
     for process in processes:
         process.join(timeout=5)
-
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 @contextmanager

@@ -8,6 +8,7 @@ import traceback
 from dataclasses import dataclass
 
 from wdrbo_dist.run import RunResult, RunSpec
+from wdrbo_dist.threads import THREAD_VARIABLES
 from wdrbo_dist.tracking import WorkerTracking
 
 
@@ -46,8 +47,7 @@ def set_threads(threads: int) -> None:
     many times slower than with one each (oversubscription)."""
     import torch
 
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    os.environ["MKL_NUM_THREADS"] = str(threads)
+    os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
 
