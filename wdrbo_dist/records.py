@@ -28,6 +28,7 @@ CORE_COLUMNS: tuple[str, ...] = (
     "adam_steps",  # Adam iterations of the local optimisation
     "fit_attempts",  # GP fit attempts (retries after a failed L-BFGS-B)
     "inner_solves",  # conic solves (DRBO-MMD) or closed-form inner problems
+    "inner_programs",  # conic programs solved for them (DRBO-MMD: working-set + complete; 0: closed forms)
     "inner_failures",  # inner solves that returned no solution
     "inner_fallbacks",  # times the fallback of spec 3.6 was used
     "inner_solve_s",  # seconds spent in inner solves

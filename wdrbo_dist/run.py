@@ -257,7 +257,7 @@ def _bayesian_optimisation(spec: RunSpec, progress: bool) -> pd.DataFrame:
 
     zero_telemetry = {
         "acquisition_calls": 0, "adam_steps": 0, "fit_attempts": 0,
-        "inner_solves": 0, "inner_failures": 0, "inner_fallbacks": 0, "inner_solve_s": 0.0,
+        "inner_solves": 0, "inner_programs": 0, "inner_failures": 0, "inner_fallbacks": 0, "inner_solve_s": 0.0,
     }
     design = scrambled_sobol(spec.init_size, problem.dim_x, gens["design"])
     for x_unit in design:
@@ -301,6 +301,7 @@ def _bayesian_optimisation(spec: RunSpec, progress: bool) -> pd.DataFrame:
                 "adam_steps": stats.adam_steps,
                 "fit_attempts": fit.attempts,
                 "inner_solves": tel.solves,
+                "inner_programs": tel.programs,
                 "inner_failures": tel.failures,
                 "inner_fallbacks": tel.fallbacks,
                 "inner_solve_s": tel.seconds,

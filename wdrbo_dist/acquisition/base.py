@@ -41,6 +41,7 @@ class InnerTelemetry:
     """Counts of an acquisition's inner problems (conic solves, closed forms)."""
 
     solves: int = 0
+    programs: int = 0  # conic programs solved for them (0 for closed forms)
     failures: int = 0
     fallbacks: int = 0
     seconds: float = 0.0

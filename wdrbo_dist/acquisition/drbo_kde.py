@@ -162,6 +162,7 @@ class DRBOKDEAcquisition(Acquisition):
             solution = drbo_kde_inner_cvxpy(u_np[i], float(m_np[i]), self.radius)
             self.telemetry.seconds += time.perf_counter() - start
             self.telemetry.solves += 1
+            self.telemetry.programs += 1
             if solution is None:
                 # No LP solution: use the closed form, which is the same value (counted).
                 self.telemetry.failures += 1
