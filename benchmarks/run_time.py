@@ -9,8 +9,9 @@ name as targets. One torch thread and one BLAS thread, as a Ray task with num_cp
     .venv/bin/python benchmarks/run_time.py --algorithms drbo-mmd --option mmd_solver=SCS
 
 `--option KEY=VALUE` applies to every algorithm that declares KEY (see `wdrbo-dist list`);
-the "ms/inner" column is the mean time of one inner problem (a DRBO-MMD conic solve, a
-DRBO-KDE or minimax closed form), "inner n" their number per run.
+the "ms/inner" column is the mean time of one inner problem (a DRBO-MMD worst case, a
+DRBO-KDE or minimax closed form), "inner n" their number per run, "prog/inner" the conic
+programs solved per inner problem (DRBO-MMD's working set: restricted programs, complete ones).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def main() -> None:
     seconds: dict[tuple[str, str], float] = {}
     header = (
         f"{'problem':<16} {'algorithm':<18} {'run s':>8} {'fit s':>8} {'acq s':>8} {'inner s':>8} {'truth s':>8} "
-        f"{'adam/step':>9} {'inner n':>8} {'ms/inner':>8}"
+        f"{'adam/step':>9} {'inner n':>8} {'ms/inner':>8} {'prog/inner':>10}"
     )
     print(header)
     print("-" * len(header))
@@ -71,10 +72,11 @@ def main() -> None:
             bo = r[~r.is_initial]
             solves = int(r.inner_solves.sum())
             per_solve = 1e3 * r.inner_solve_s.sum() / solves if solves else float("nan")
+            programs = int(r.inner_programs.sum()) / solves if solves else float("nan")
             print(
                 f"{problem:<16} {algorithm:<18} {wall:8.1f} {r.time_fit_s.sum():8.1f} {r.time_acquisition_s.sum():8.1f} "
                 f"{r.inner_solve_s.sum():8.1f} {r.time_truth_s.sum():8.1f} {bo.adam_steps.mean():9.1f} "
-                f"{solves:8d} {per_solve:8.2f}",
+                f"{solves:8d} {per_solve:8.2f} {programs:10.2f}",
                 flush=True,
             )
     print()
