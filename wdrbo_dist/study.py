@@ -27,19 +27,19 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def relative_cost(algorithm: str) -> float:
+def relative_cost(spec: RunSpec) -> float:
     """Expected run time relative to ERBO, from the algorithm registry (1 if unknown)."""
     try:
         from wdrbo_dist.algorithms import ALGORITHMS
 
-        return float(getattr(ALGORITHMS[algorithm], "relative_cost", 1.0))
+        return float(ALGORITHMS[spec.algorithm].cost_estimate(spec.fidelity, dict(spec.options)))
     except Exception:  # noqa: BLE001 - a guess is fine for scheduling
         return 1.0
 
 
 def expected_cost(spec: RunSpec) -> float:
     """A relative estimate of a run's time: BO steps times the algorithm's relative cost."""
-    return relative_cost(spec.algorithm) * max(1, spec.evaluations - spec.init_size)
+    return relative_cost(spec) * max(1, spec.evaluations - spec.init_size)
 
 
 @dataclass

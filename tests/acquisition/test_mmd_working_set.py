@@ -186,3 +186,14 @@ def test_acquisition_counts_programs_and_most_candidates_need_one() -> None:
     assert full.telemetry.programs == full.telemetry.solves == 40
     assert fast.telemetry.solves == 40 and fast.telemetry.programs >= 40
     assert fast.program.complete_programs <= 4
+
+
+def test_scheduling_cost_follows_the_solve_the_options_choose() -> None:
+    from wdrbo_dist.run import RunSpec
+    from wdrbo_dist.study import expected_cost
+
+    def cost(fidelity: str, **options: object) -> float:
+        return expected_cost(RunSpec.make(algorithm="drbo-mmd", problem="ackley", seed=1, fidelity=fidelity, options=options))
+
+    sbo = expected_cost(RunSpec.make(algorithm="sbo-kde", problem="ackley", seed=1))
+    assert cost("paper") < sbo < cost("paper", mmd_working_set=False) < cost("reference")

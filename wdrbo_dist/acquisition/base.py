@@ -94,6 +94,11 @@ class Algorithm(abc.ABC):
         self.options = self.resolve_options(fidelity, options or {})
 
     @classmethod
+    def cost_estimate(cls, fidelity: str, options: Mapping[str, Any]) -> float:
+        """Expected run time relative to ERBO with these options (for longest-first scheduling)."""
+        return cls.relative_cost
+
+    @classmethod
     def option_defaults(cls) -> OptionDefaults:
         return {**COMMON_OPTIONS, **_settings_options(cls.settings), **cls.OPTIONS}
 
