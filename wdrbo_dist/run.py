@@ -111,6 +111,7 @@ class RunResult:
             "time_truth_s": float(r["time_truth_s"].sum()),
             "inner_solve_s": float(r["inner_solve_s"].sum()),
             "inner_solves": float(r["inner_solves"].sum()),
+            "inner_programs": float(r["inner_programs"].sum()),
             "inner_failures": float(r["inner_failures"].sum()),
         }
 

@@ -21,7 +21,7 @@ Per-step metrics (step = evaluation index): regret, cumulative_regret, regret_re
 cumulative_regret_reference, best_y, time_step_s, time_fit_s, time_acquisition_s.
 Run metrics: final_cumulative_regret, final_cumulative_regret_reference, final_regret,
 final_best_y, wall_time_s, total_time_fit_s, total_time_acquisition_s, total_time_truth_s,
-total_inner_solve_s, total_inner_solves, total_inner_failures. Artifacts: records.parquet (or
+total_inner_solve_s, total_inner_solves, total_inner_programs, total_inner_failures. Artifacts: records.parquet (or
 traceback.txt for a failed run).
 """
 
