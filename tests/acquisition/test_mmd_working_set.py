@@ -81,8 +81,7 @@ def _program_and_objective(seed: int = 3):
     w = np.bincount(rng.integers(0, 100, 40), minlength=100) / 40
     full = MMDWorstCase(100, solver="CLARABEL", equilibrate=False)
     full.prepare(gram_factor(_rbf_gram(grid, 0.1)), w, mmd_radius(40))
-    data = full._step["workspace"]
-    return full, w, _smooth_rows(rng, grid, 1)[0], data
+    return full, w, _smooth_rows(rng, grid, 1)[0]
 
 
 def _compiled(full: MMDWorstCase, w: np.ndarray) -> SimplexConeProgram:
@@ -102,7 +101,7 @@ def _compiled(full: MMDWorstCase, w: np.ndarray) -> SimplexConeProgram:
 
 
 def test_a_wrong_guess_is_corrected_or_refused_never_returned(monkeypatch: pytest.MonkeyPatch) -> None:
-    full, w, u, _ = _program_and_objective()
+    full, w, u = _program_and_objective()
     expected, _ = full.solve(u)
     index = full.cvx["embedding"]
     c = np.zeros(full.cvx["n_var"])

@@ -156,6 +156,8 @@ class WorkingSetSolver:
         self.programs = 0  # restricted conic programs solved (telemetry)
         self._workspaces: dict[tuple[int, int], _RestrictedWorkspace] = {}
         self._program: SimplexConeProgram | None = None
+        self._dual_rows = np.zeros((0, 0))  # the program's rows but the bounds: reduced costs
+        self._centre_column = np.zeros(0)  # those rows times the centre: the aggregate column
         self._memory = _Memory()
 
     def __getstate__(self) -> dict[str, Any]:
