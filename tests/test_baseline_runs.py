@@ -48,11 +48,13 @@ def test_short_run_on_every_problem(algorithm: str, fidelity: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("algorithm", "fidelity"), [(a, "reference") for a in BASELINES] + [("drbo-mmd", "paper"), ("drbo-kde", "paper")]
+    ("algorithm", "fidelity", "options"),
+    [(a, "reference", {}) for a in BASELINES]
+    + [("drbo-mmd", "paper", {}), ("drbo-kde", "paper", {}), ("drbo-mmd", "reference", {"mmd_solver": "SCS"})],
 )
-def test_runs_are_deterministic(algorithm: str, fidelity: str) -> None:
-    a = _run(algorithm, "modified-branin", fidelity, seed=7).drop(columns=TIME_COLUMNS)
-    b = _run(algorithm, "modified-branin", fidelity, seed=7).drop(columns=TIME_COLUMNS)
+def test_runs_are_deterministic(algorithm: str, fidelity: str, options: dict) -> None:
+    a = _run(algorithm, "modified-branin", fidelity, seed=7, options=options).drop(columns=TIME_COLUMNS)
+    b = _run(algorithm, "modified-branin", fidelity, seed=7, options=options).drop(columns=TIME_COLUMNS)
     pd.testing.assert_frame_equal(a, b)
 
 
@@ -74,8 +76,10 @@ def test_run_one_cli_with_a_baseline_and_an_override(tmp_path) -> None:
         "run-one", "--algorithm", "drbo-mmd", "--problem", "three-hump-camel", "--seed", "1",
         "--evaluations", "5", "--init-size", "3", "--fidelity", "reference", "--quiet", "--out", str(out),
         "--option", "raw_samples=8", "--option", "num_restarts=2", "--option", "batch_limit=8",
-        "--option", "mmd_solver=CLARABEL",
+        "--option", "mmd_solver=SCS",  # the published solver, one option away from the default
     ])
     assert code == 0
     records = pd.read_parquet(out)
     assert len(records) == 5 and int(records["inner_solves"].sum()) > 0
+    bo = records[~records.is_initial]
+    assert (bo["inner_programs"] == bo["inner_solves"]).all()  # SCS: one complete program per candidate

@@ -112,7 +112,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for name, entry in ALGORITHMS.items():
         print(f"  {name:<20} {entry.description}")
         for option, (default_paper, default_reference) in entry.option_defaults().items():
-            print(f"      {option} (paper: {default_paper}, reference: {default_reference})")
+            note = entry.OPTION_NOTES.get(option)
+            print(f"      {option} (paper: {default_paper}, reference: {default_reference})" + (f"; {note}" if note else ""))
     return 0
 
 

@@ -87,6 +87,8 @@ class Algorithm(abc.ABC):
     settings: ClassVar[OptimizerSettings] = STANDARD
     relative_cost: ClassVar[float] = 1.0  # expected run time relative to ERBO (scheduling)
     OPTIONS: ClassVar[OptionDefaults] = {}
+    # A default that depends on other options, said where `wdrbo-dist list` shows the option.
+    OPTION_NOTES: ClassVar[dict[str, str]] = {}
 
     def __init__(self, problem: Problem, fidelity: str, options: Mapping[str, Any] | None = None) -> None:
         self.problem = problem
