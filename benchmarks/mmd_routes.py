@@ -4,8 +4,8 @@ The worst case of the MMD ball has one value but, with a low-rank Gram factor, a
 ill-conditioned minimiser p*: two solvers that agree on p*^T u to 1e-8 can return quite
 different p*, so the envelope gradient p*^T grad u, and with it the whole BO trajectory,
 differs after a few BO steps (on Ackley, seed 100: from the third or fourth, between any two
-routes), and one seed's final regret differs between routes. A route is then "the same method" when the *distribution* of results over seeds is
-the same. This runs every route on the same seeds (paired: each seed's runs share the initial
+routes), and one seed's final regret differs between routes. A route is then "the same
+method" when the *distribution* of results over seeds is the same. This runs every route on the same seeds (paired: each seed's runs share the initial
 design and context draws) and prints, per route, the mean run time and the final cumulative
 regret, and against the first route the paired difference with a two-sided Wilcoxon test.
 
