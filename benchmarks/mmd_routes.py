@@ -1,17 +1,17 @@
 """Do DRBO-MMD's inner-solve routes give the same study results, and at what cost?
 
-The worst case of the MMD ball has one value but, with a low-rank Gram factor, an ill-
-conditioned minimiser p*: two solvers that agree on p*^T u to 1e-8 can return quite different
-p*, so the envelope gradient p*^T grad u, and with it the whole BO trajectory, differs after a
-few BO steps (on Ackley, seed 100: from the third or fourth, between any two routes), and one
-seed's final regret differs between routes. A route is then "the same method" when the
-*distribution* of results over seeds is the same. This runs every route on the same seeds
-(paired: each seed's runs share the initial design and context draws) and prints, per route,
-the mean run time and the final cumulative regret, and against the first route the paired
-difference with a two-sided Wilcoxon test.
+The worst case of the MMD ball has one value but, with a low-rank Gram factor, an
+ill-conditioned minimiser p*: two solvers that agree on p*^T u to 1e-8 can return quite
+different p*, so the envelope gradient p*^T grad u, and with it the whole BO trajectory,
+differs after a few BO steps (on Ackley, seed 100: from the third or fourth, between any two
+routes), and one seed's final regret differs between routes. A route is then "the same method"
+when the *distribution* of results over seeds is the same. This runs every route on the same
+seeds (paired: each seed's runs share the initial design and context draws) and prints, per
+route, the mean run time and the final cumulative regret, and against the first route the
+paired difference with a two-sided Wilcoxon test.
 
 Routes (every one solves the problem built once per run through CVXPY):
-    working-set   certified restricted Clarabel programs (paper profile's default)
+    working-set   certified restricted Clarabel programs (the default in both profiles)
     clarabel      the complete compiled program with Clarabel
     scs           the complete compiled program with SCS at eps 1e-5 (the published solver)
 
