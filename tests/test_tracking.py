@@ -11,6 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from test_store import failed, finished, spec
 from wdrbo_dist.config import parse_study_config
+from wdrbo_dist.run import RunSpec
 from wdrbo_dist.store import ResultStore
 from wdrbo_dist.tracking import STEP_METRICS, StudyTracker, TrackingError, check_tracking_uri, log_child_run
 
@@ -62,6 +63,18 @@ def test_a_finished_run_becomes_a_complete_child_run(tracked) -> None:
     parent = client.get_run(tracker.parent_run_id)
     assert parent.data.tags["role"] == "study" and parent.data.params["backend"] == "serial"
     assert [a.path for a in client.list_artifacts(tracker.parent_run_id)] == ["study.yaml"]
+
+
+def test_params_are_the_options_as_the_algorithm_resolved_them(tracked) -> None:
+    # DRBO-MMD with the published solver: the working set and equilibration follow the solver,
+    # and the child run's params must say which solve ran, not the profile's raw defaults.
+    tracker, study, store, client = tracked
+    result = finished(RunSpec.make(options={"mmd_solver": "scs"}, algorithm="drbo-mmd", problem="newsvendor",
+                                   seed=4, evaluations=7, init_size=5, study="unit", fidelity="reference"))
+    store.save(result)
+    params = client.get_run(tracker.record(result, None, store.records_path(result.spec.run_key))).data.params
+    assert (params["mmd_solver"], params["mmd_working_set"], params["mmd_equilibrate"]) == ("SCS", "False", "True")
+    assert params["mmd_diagonal_grid"] == "True"  # the reference profile's default
 
 
 def test_a_failed_run_carries_its_traceback(tracked) -> None:

@@ -113,18 +113,14 @@ def _one_line(exc: BaseException) -> str:
 
 
 def effective_options(spec: RunSpec) -> dict[str, Any]:
-    """The options a run used: the algorithm's defaults for the fidelity, then the study's."""
-    merged: dict[str, Any] = {}
+    """The options a run used, as the algorithm resolves them: the fidelity's defaults, the
+    study's values, and any default that follows another option (DRBO-MMD's solver settings)."""
     try:
         from wdrbo_dist.algorithms import ALGORITHMS
 
-        column = 0 if spec.fidelity == "paper" else 1
-        for key, defaults in ALGORITHMS[spec.algorithm].option_defaults().items():
-            merged[key] = defaults[column]
+        return dict(ALGORITHMS[spec.algorithm].resolve_options(spec.fidelity, spec.options_dict))
     except Exception:  # noqa: BLE001 - an unknown algorithm still logs its explicit options
-        pass
-    merged.update(spec.options_dict)
-    return merged
+        return dict(spec.options_dict)
 
 
 def run_tags(spec: RunSpec, parent_run_id: str | None, result: RunResult | None = None) -> dict[str, str]:
