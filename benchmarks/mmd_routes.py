@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 
 from wdrbo_dist.threads import default_thread_environment
 
 default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch is imported
 
-from scipy.stats import wilcoxon  # noqa: E402
-
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from wdrbo_dist.analysis.statistics import mean_se, paired_wilcoxon, significant_digits_format  # noqa: E402
 from wdrbo_dist.backends import map_tasks  # noqa: E402
 from wdrbo_dist.backends.task import Task  # noqa: E402
 from wdrbo_dist.run import RunSpec  # noqa: E402
@@ -48,10 +46,9 @@ ROUTES: dict[str, dict[str, object]] = {
 }
 
 
-def mean_se(values: list[float]) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.1f}" if values else "n/a"
-    return f"{statistics.mean(values):.1f} ± {statistics.stdev(values) / len(values) ** 0.5:.1f}"
+def mean_and_se(values: list[float]) -> str:
+    summary = mean_se(values)
+    return significant_digits_format(summary.mean, summary.se)
 
 
 def main() -> None:
@@ -94,23 +91,23 @@ def main() -> None:
 
     first = args.routes[0]
     print(f"{'problem':<16} {'route':<12} {'run s':>12} {'final cumulative regret':>24} {'fallbacks':>9}   "
-          f"paired vs {first}: mean diff, W/L, Wilcoxon p")
+          f"paired vs {first}: median diff, lower/tied/higher, Wilcoxon p")
     for problem in args.problems:
         base = regret[(problem, first)]
         for route in args.routes:
             key = (problem, route)
             seeds = sorted(regret[key])
-            line = (f"{problem:<16} {route:<12} {mean_se([wall[key][s] for s in seeds]):>12} "
-                    f"{mean_se([regret[key][s] for s in seeds]):>24} {fallbacks[key]:>9}")
+            line = (f"{problem:<16} {route:<12} {mean_and_se([wall[key][s] for s in seeds]):>12} "
+                    f"{mean_and_se([regret[key][s] for s in seeds]):>24} {fallbacks[key]:>9}")
             if route != first:
-                diffs = [regret[key][s] - base[s] for s in seeds]
-                lower = sum(d < 0 for d in diffs)
-                p = wilcoxon(diffs).pvalue if any(diffs) else 1.0
-                line += f"   {statistics.mean(diffs):+.1f}, {lower}/{len(diffs) - lower}, p = {p:.3f}"
+                # reference = the first route: its "wins" are seeds where this route's regret is higher
+                test = paired_wilcoxon([base[s] for s in seeds], [regret[key][s] for s in seeds])
+                line += (f"   {test.median_difference:+.1f}, {test.losses}/{test.ties}/{test.wins}, "
+                         f"p = {test.pvalue:.3f}")
             print(line)
     print(f"\n{args.seeds} seeds (100..{99 + args.seeds}), {args.evaluations} evaluations, {args.fidelity} profile; "
-          "run s and regret: mean ± SE over seeds; W/L: seeds where the route's regret is lower / not lower")
-
+          "run s and regret: mean ± SE over seeds; median diff: this route's regret minus the first's; "
+          "lower/tied/higher: seeds where this route's regret is so")
 
 if __name__ == "__main__":
     main()
