@@ -101,3 +101,41 @@ def test_general_setting_uses_the_given_centre_and_radius() -> None:
     assert acq.radius == centre.radius
     assert torch.equal(acq.nodes, centre.nodes) and torch.equal(acq.weights, centre.weights)
     assert float(centre.weights.sum()) == 1.0 or abs(float(centre.weights.sum()) - 1.0) < 1e-12
+
+
+def test_paper_profile_differentiates_lipschitz_term_and_reference_detaches_it() -> None:
+    """Spec 8.8 and the project decision: the paper's argmax in `paper`, the code's in `reference`."""
+    assert WDRBO.resolve_options("paper", {})["wdrbo_L_detached"] is False
+    assert WDRBO.resolve_options("reference", {})["wdrbo_L_detached"] is True
+
+
+def test_differentiated_acquisition_gradient_matches_finite_differences() -> None:
+    problem, state, model = _state_and_model()
+    algo = WDRBO(problem, "paper")
+    algo.setup(state, torch.Generator().manual_seed(1))
+    acq = algo.acquisition(model, state, torch.Generator().manual_seed(2))
+    x = torch.rand(3, 2, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    xr = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(acq(xr).sum(), xr)
+    h = 1e-6
+    numeric = torch.zeros_like(x)
+    for k in range(2):
+        step = torch.zeros_like(x)
+        step[:, k] = h
+        numeric[:, k] = (acq(x + step) - acq(x - step)) / (2 * h)
+    assert torch.allclose(grad, numeric, rtol=1e-4, atol=1e-5)
+
+
+def test_toy_lipschitz_points_cover_the_contexts_range_in_the_paper_profile() -> None:
+    """The toy's contexts (P* = N(0.6, 0.2^2), not clipped) reach beyond the box [0, 1]."""
+    problem = make_problem("toy-general", "paper")
+    state = BOState(torch.zeros(3, 1), torch.full((3, 1), 0.6), torch.zeros(3))
+    algo = WDRBO(problem, "paper")
+    algo.setup(state, torch.Generator().manual_seed(0))
+    points = algo._lipschitz_points[:, 0]
+    low, high = problem.context_range[:, 0].tolist()
+    assert low <= float(points.min()) and float(points.max()) <= high
+    assert float(points.min()) < 0.0 and float(points.max()) > 1.0
+    reference = WDRBO(make_problem("toy-general", "reference"), "reference")
+    reference.setup(state, torch.Generator().manual_seed(0))
+    assert 0.0 <= float(reference._lipschitz_points.min()) and float(reference._lipschitz_points.max()) <= 1.0

@@ -80,7 +80,21 @@ def test_constructs_in_both_profiles(name: str, fidelity: str) -> None:
 
 @pytest.mark.parametrize("name", list(REFERENCE_CONSTANTS))
 def test_reference_constants(name: str) -> None:
-    assert make_problem(name).reference_optimal_value == REFERENCE_CONSTANTS[name]
+    assert make_problem(name, "reference").reference_optimal_value == REFERENCE_CONSTANTS[name]
+
+
+@pytest.mark.parametrize("name", [n for n in REFERENCE_CONSTANTS if n != "six-hump-camel"])
+def test_the_paper_profile_keeps_the_published_constants(name: str) -> None:
+    assert make_problem(name, "paper").reference_optimal_value == REFERENCE_CONSTANTS[name]
+
+
+def test_six_hump_paper_profile_scores_the_reference_regret_against_its_own_optimum() -> None:
+    """The published -3.0164 belongs to the truth scaling; the paper profile observes and scores
+    the other scaling, for which no constant was published (spec 8.6)."""
+    paper = make_problem("six-hump-camel", "paper")
+    assert paper.reference_optimal_value == paper.optimal_value == pytest.approx(0.38913, abs=1e-5)
+    reference = make_problem("six-hump-camel", "reference")
+    assert reference.optimal_value == pytest.approx(reference.reference_optimal_value, abs=1e-3)
 
 
 def test_toy_reference_constant_is_its_exact_optimum() -> None:
@@ -92,6 +106,14 @@ def test_toy_bounds() -> None:
     p = make_problem("toy-general")
     assert p.decision_bounds.tolist() == [[-1.0], [1.0]]
     assert p.context_bounds.tolist() == [[0.0], [1.0]]
+    # Its contexts are not clipped: P* = N(0.6, 0.2^2) reaches beyond [0, 1].
+    assert p.context_range.tolist() == [[pytest.approx(-0.2)], [pytest.approx(1.4)]]
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "toy-general"])
+def test_bounded_problems_contexts_lie_in_their_domain(name: str) -> None:
+    p = make_problem(name)
+    assert torch.equal(p.context_range, p.context_bounds)
 
 
 def test_only_toy_has_a_centre_distribution() -> None:

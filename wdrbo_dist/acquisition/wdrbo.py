@@ -75,11 +75,17 @@ class WDRBO(Algorithm):
     OPTIONS = {
         "radius_constant": (0.3, 0.3),  # eps_n = radius_constant / sqrt(n)
         "lipschitz_points": (100, 100),  # uniform context points for L(x), drawn once per run
-        "wdrbo_L_detached": (True, True),  # L(x) adds to the value but not to the Adam gradient
+        # spec 8.8: the code's L(x) adds to the value but not to the Adam gradient; the paper
+        # profile differentiates it, so that Adam climbs the acquisition the paper defines.
+        "wdrbo_L_detached": (False, True),
+        # The points cover the range where the contexts lie (the toy's reach beyond [0, 1]);
+        # the code draws them on the context domain box.
+        "wdrbo_L_on_context_range": (True, False),
     }
 
     def setup(self, state: BOState, generator: torch.Generator) -> None:
-        bounds = self.problem.context_bounds
+        on_range = bool(self.options.get("wdrbo_L_on_context_range", False))
+        bounds = self.problem.context_range if on_range else self.problem.context_bounds
         count = int(self.options["lipschitz_points"])
         u = torch.rand(count, self.problem.dim_c, generator=generator, dtype=torch.float64)
         self._lipschitz_points = bounds[0] + (bounds[1] - bounds[0]) * u
@@ -109,7 +115,7 @@ class WDRBO(Algorithm):
             radius,
             points,
             beta=float(self.options["beta"]),
-            detach_lipschitz=bool(self.options.get("wdrbo_L_detached", True)),
+            detach_lipschitz=bool(self.options.get("wdrbo_L_detached", True)),  # ERBO: no L term
         )
 
 

@@ -62,7 +62,7 @@ class SixHumpCamel(ClampedNormalProblem):
         (0.49178147074167766,),
         -3.016386257966411,
     )
-    reference_optimal_value: float = -3.0164
+    PUBLISHED_CONSTANT: ClassVar[float] = -3.0164  # the code's max_stochastic, of the truth scaling
 
     def evaluate(self, x: Tensor, c: Tensor) -> Tensor:
         x, c = x.to(DTYPE), c.to(device=x.device, dtype=DTYPE)
@@ -81,3 +81,10 @@ class SixHumpCamel(ClampedNormalProblem):
     @property
     def optimal_value(self) -> float:  # type: ignore[override]
         return (self.OBSERVED_OPTIMUM if self.fidelity == "paper" else self.REFERENCE_OPTIMUM)[1]
+
+    @property
+    def reference_optimal_value(self) -> float:  # type: ignore[override]
+        """The published constant belongs to the truth scaling; the `paper` profile scores the
+        observed function, for which no constant was published, so its exact optimum stands in
+        (as for the toy): `regret_reference` then equals `regret`."""
+        return self.OBSERVED_OPTIMUM[1] if self.fidelity == "paper" else self.PUBLISHED_CONSTANT
