@@ -1,0 +1,158 @@
+"""Replay a published run's history through both codes, step by step, to find where they differ.
+
+For each replayed step t, both codes get the same first t observations of a published run
+(its pickled X, Y and contexts) and the same shared random sets (WDRBO's Lipschitz points, the
+KDE samples of SBO-KDE and DRBO-KDE, drawn here), and each builds its GP, its acquisition and
+its choice. Printed per step:
+
+    fit      max |log(l_ours / l_pub)| over the lengthscales, the two noise variances, and
+             dobj = our MAP objective at our fit minus at the published fit (per point; < 0:
+             ours found the better optimum of the same objective)
+    acq      max |alpha_ours - alpha_pub| over 256 Sobol candidates, as a fraction of the
+             published acquisition's range over them (StableOpt and DRBO-KDE redraw context
+             sets at every call, so their acquisitions differ by that noise)
+    choice   |x_ours - x_pub|, and gap = (alpha(x_ours) - alpha(x_pub)) / range, both under
+             our acquisition (> 0: our optimiser climbed higher on the same function)
+
+The published side runs `fidelity_probe.py` in the published code's venv; the history comes
+from the cache of `fidelity.py` (run that first for the algorithm, problem and seed).
+
+    .venv/bin/python benchmarks/fidelity_replay.py --published /scratch/published \\
+        --algorithm erbo --problem ackley --seed 200 --steps 5 10 20 40 70 99
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from wdrbo_dist.threads import default_thread_environment  # noqa: E402
+
+default_thread_environment(1)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import wdrbo_dist.acquisition.drbo_kde as drbo_kde_module  # noqa: E402
+import wdrbo_dist.acquisition.sbo_kde as sbo_kde_module  # noqa: E402
+from fidelity import FIRST_SEED  # noqa: E402
+from published import ALGORITHMS as PUBLISHED_NAMES, PROBLEMS as PUBLISHED_PROBLEMS, PublishedCode, PublishedRun  # noqa: E402
+from wdrbo_dist.acquisition.base import BOState  # noqa: E402
+from wdrbo_dist.acquisition.kde import kde_samples  # noqa: E402
+from wdrbo_dist.acquisition.optimize import maximize_acquisition, scrambled_sobol  # noqa: E402
+from wdrbo_dist.algorithms import make_algorithm  # noqa: E402
+from wdrbo_dist.models.gp import _MapObjective, fit_gp, lengthscale_prior, standardize  # noqa: E402
+from wdrbo_dist.problems import make_problem  # noqa: E402
+
+CANDIDATES = 256
+
+
+def shared_sets(algorithm: str, problem, contexts: torch.Tensor, steps: list[int], seed: int) -> dict:
+    """The random sets both codes are handed: drawn here, once."""
+    g = torch.Generator().manual_seed(seed)
+    out: dict = {"lipschitz_points": None, "kde_samples": None}
+    if algorithm in ("wdrbo", "erbo"):
+        lo, hi = problem.context_bounds
+        out["lipschitz_points"] = (lo + (hi - lo) * torch.rand(100, problem.dim_c, generator=g, dtype=torch.float64)).tolist()
+    if algorithm in ("sbo-kde", "drbo-kde"):
+        count = 512 if algorithm == "sbo-kde" else 1024
+        out["kde_samples"] = {
+            str(t): kde_samples(contexts[:t], count, problem.context_bounds, g).tolist() for t in steps
+        }
+    return out
+
+
+def ask_published(code: PublishedCode, request: dict) -> list[dict]:
+    probe = Path(__file__).resolve().parent / "fidelity_probe.py"
+    with tempfile.TemporaryDirectory() as folder:
+        req, ans = Path(folder) / "request.json", Path(folder) / "answer.json"
+        req.write_text(json.dumps(request))
+        subprocess.run([str(code.python), str(probe), str(code.folder), str(req), str(ans)], check=True,
+                       stdout=subprocess.DEVNULL)
+        return json.loads(ans.read_text())
+
+
+def replay(args: argparse.Namespace) -> None:
+    code = PublishedCode.at(args.published, args.published_python)
+    cache = Path(args.cache) / "published"
+    run = PublishedRun(args.algorithm, args.problem, args.seed)
+    if not run.done(cache):
+        raise SystemExit(f"no published run of {args.algorithm} on {args.problem} seed {args.seed} in {cache}: "
+                         "run benchmarks/fidelity.py for that cell first")
+    data = run.load(cache)
+    x = torch.as_tensor(np.asarray(data["X"]), dtype=torch.float64)
+    c = torch.as_tensor(np.asarray(data["contexts"]), dtype=torch.float64).reshape(x.shape[0], -1)
+    y = torch.as_tensor(np.asarray(data["Y"]), dtype=torch.float64).reshape(-1)
+    problem = make_problem(args.problem, "reference")
+    steps = [t for t in args.steps if 2 <= t <= x.shape[0]]
+    candidates = scrambled_sobol(CANDIDATES, problem.dim_x, torch.Generator().manual_seed(7))
+    sets = shared_sets(args.algorithm, problem, c, steps, args.seed)
+    request = {
+        "problem": PUBLISHED_PROBLEMS[args.problem], "algorithm": PUBLISHED_NAMES[args.algorithm], "beta": 1.5,
+        "history": {"X": x.tolist(), "Y": y.tolist(), "contexts": c.tolist()}, "steps": steps,
+        "candidates": candidates.tolist(), "seed": args.seed, **sets,
+    }
+    theirs = {a["step"]: a for a in ask_published(code, request)}
+
+    print(f"{args.algorithm} on {args.problem}, published seed {args.seed}: replayed steps {steps}")
+    print(f"{'t':>3} | {'fit: dlog l':>11} {'noise ours/pub':>19} {'dobj':>9} | {'acq diff':>9} | "
+          f"{'|dx|':>7} {'gap':>9}")
+    unit = torch.stack([torch.zeros(problem.dim_x), torch.ones(problem.dim_x)]).to(torch.float64)
+    for t in steps:
+        answer = theirs[t]
+        if "fit_error" in answer:
+            print(f"{t:>3} | published GP fit raised: {answer['fit_error']}")
+            continue
+        algo = make_algorithm(args.algorithm, problem, "reference")
+        inputs = torch.cat([x[:t], c[:t]], -1) if algo.uses_context else x[:t]
+        state = BOState(x[:t], c[:t], y[:t])
+        g = torch.Generator().manual_seed(args.seed + t)
+        model, _ = fit_gp(inputs, y[:t], g)
+        y_std, _, _ = standardize(y[:t])
+        objective = _MapObjective(inputs.numpy(), y_std.numpy(), lengthscale_prior(inputs.shape[1]))
+        ours_theta = np.concatenate([model.lengthscale.numpy(), [model.noise, model.mean_constant]])
+        their_theta = np.concatenate([answer["lengthscale"], [answer["noise"], answer["mean_constant"]]])
+        d_obj = objective(ours_theta)[0] - objective(their_theta)[0]
+        d_log_l = float(np.max(np.abs(np.log(ours_theta[:-2] / their_theta[:-2]))))
+
+        algo.setup(state, g)
+        if sets["lipschitz_points"] is not None and args.algorithm == "wdrbo":
+            algo._lipschitz_points = torch.tensor(sets["lipschitz_points"], dtype=torch.float64)
+        if sets["kde_samples"] is not None:
+            fixed = torch.tensor(sets["kde_samples"][str(t)], dtype=torch.float64)
+            sbo_kde_module.kde_samples = drbo_kde_module.kde_samples = lambda *_, _f=fixed: _f
+        acq = algo.acquisition(model, state, g)
+        with torch.no_grad():
+            ours_values = torch.cat([acq(chunk) for chunk in candidates.split(64)])
+        their_values = torch.tensor(answer["values"], dtype=torch.float64)
+        span = float(their_values.max() - their_values.min()) or 1.0
+        acq_diff = float((ours_values - their_values).abs().max()) / span
+        x_ours, _, _ = maximize_acquisition(acq, unit, algo.optimizer_settings(), g)
+        x_pub = torch.tensor(answer["chosen"], dtype=torch.float64)
+        with torch.no_grad():
+            both = acq(torch.stack([x_ours, x_pub]))
+        gap = float(both[0] - both[1]) / span
+        print(f"{t:>3} | {d_log_l:>11.2e} {model.noise:>9.2e}/{answer['noise']:<9.2e} {d_obj:>9.2e} | "
+              f"{acq_diff:>9.2e} | {float((x_ours - x_pub).norm()):>7.4f} {gap:>+9.2e}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--published", required=True)
+    parser.add_argument("--published-python")
+    parser.add_argument("--cache", default=str(Path("~/.cache/wdrbo-dist/fidelity").expanduser()))
+    parser.add_argument("--algorithm", required=True, choices=list(PUBLISHED_NAMES))
+    parser.add_argument("--problem", required=True, choices=list(PUBLISHED_PROBLEMS))
+    parser.add_argument("--seed", type=int, default=FIRST_SEED)
+    parser.add_argument("--steps", type=int, nargs="+", default=[5, 10, 20, 40, 70, 99])
+    replay(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()
