@@ -8,6 +8,7 @@ from wdrbo_dist.acquisition.optimize import (
     CHEAP,
     STANDARD,
     OptimizerSettings,
+    adam_ascent,
     boltzmann_starts,
     maximize_acquisition,
     scrambled_sobol,
@@ -56,3 +57,38 @@ def test_boltzmann_starts_with_equal_or_nonfinite_values_pick_distinct_points() 
     for values in (torch.zeros(32, dtype=torch.float64), torch.full((32,), float("nan"), dtype=torch.float64)):
         starts = boltzmann_starts(raw, values, 6, 1.0, torch.Generator().manual_seed(0))
         assert len({tuple(s.tolist()) for s in starts}) == 6
+
+
+def _tilted_bowl(x: torch.Tensor) -> torch.Tensor:
+    """A maximum outside the box at (1.15, 0.4): paths run into the bound x_0 = 1."""
+    return -((x - torch.tensor([1.15, 0.4], dtype=x.dtype)) ** 2).sum(-1) + 0.3 * torch.sin(7 * x[..., 1])
+
+
+def test_unprojected_ascent_is_botorchs_gen_candidates_torch() -> None:
+    """The reference profile's optimiser (spec 1.6) follows BoTorch's own loop step by step:
+    the acquisition sees a clamped copy, the Adam parameter moves freely."""
+    from botorch.generation.gen import gen_candidates_torch
+
+    starts = scrambled_sobol(6, 2, torch.Generator().manual_seed(3))
+    settings = OptimizerSettings(num_restarts=6, raw_samples=6, batch_limit=6, project_parameter=False)
+    ours, values, _ = adam_ascent(_tilted_bowl, starts, BOX, settings)
+    theirs, their_values = gen_candidates_torch(
+        initial_conditions=starts.unsqueeze(1),
+        acquisition_function=lambda x: _tilted_bowl(x.squeeze(-2)),
+        lower_bounds=BOX[0],
+        upper_bounds=BOX[1],
+    )
+    assert torch.allclose(ours, theirs.squeeze(1).detach(), rtol=0, atol=1e-12)
+    assert torch.allclose(values, their_values.detach(), rtol=0, atol=1e-12)
+
+
+def test_a_free_parameter_that_overshoots_the_bound_stops_there() -> None:
+    """BoTorch's loop (the reference profile): Adam's momentum carries the parameter past the
+    bound, the clamped copy's value stops changing and the stopping rule fires at the bound,
+    short of the interior maximum at 0.97. The paper profile's in-place clamp reaches it."""
+    bowl_at = lambda x: -((x - torch.tensor([0.97, 0.5], dtype=x.dtype)) ** 2).sum(-1)  # noqa: E731
+    start = torch.tensor([[0.85, 0.5]], dtype=torch.float64)
+    projected, _, _ = adam_ascent(bowl_at, start, BOX, OptimizerSettings(1, 1, 1))
+    free, _, _ = adam_ascent(bowl_at, start, BOX, OptimizerSettings(1, 1, 1, project_parameter=False))
+    assert abs(float(projected[0, 0]) - 0.97) < 0.02
+    assert float(free[0, 0]) == 1.0

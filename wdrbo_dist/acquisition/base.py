@@ -67,6 +67,10 @@ def context_pairs(x: Tensor, contexts: Tensor) -> Tensor:
 
 COMMON_OPTIONS: OptionDefaults = {
     "beta": (1.5, 1.5),  # the sigma multiplier of the UCB (spec 1.5)
+    # spec 1.6: the paper profile clamps the Adam parameter into the box at every step; the
+    # published code (BoTorch's gen_candidates_torch) evaluates a clamped copy and lets the
+    # parameter itself leave the box.
+    "adam_projected": (True, False),
 }
 
 
@@ -135,6 +139,7 @@ class Algorithm(abc.ABC):
             num_restarts=max(1, int(o["num_restarts"])),
             raw_samples=max(1, int(o["raw_samples"])),
             batch_limit=max(1, int(o["batch_limit"])),
+            project_parameter=bool(o["adam_projected"]),
         )
 
     def setup(self, state: BOState, generator: torch.Generator) -> None:

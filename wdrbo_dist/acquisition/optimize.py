@@ -2,8 +2,11 @@
 
 1. screen `raw_samples` scrambled Sobol points (in chunks of `batch_limit`, no gradients);
 2. pick `num_restarts` starts by the Boltzmann heuristic (the best raw point always included);
-3. run Adam (lr 0.025) on all starts jointly, clamping to the bounds, until BoTorch's
-   exponential-moving-average stopping rule fires (window 10, rel_tol 1e-5) or 10,000 steps;
+3. run Adam (lr 0.025) on all starts jointly until BoTorch's exponential-moving-average
+   stopping rule fires (window 10, rel_tol 1e-5) or 10,000 steps. `project_parameter`: the
+   Adam parameter is clamped into the box in place at every step; otherwise, as BoTorch's
+   `gen_candidates_torch` does, the acquisition sees a clamped copy and the parameter itself
+   may leave the box (its gradient is the copy's);
 4. return the start with the largest final value.
 
 Every random draw (Sobol scrambles, Boltzmann sampling) comes from the run's CPU generator.
@@ -31,6 +34,7 @@ class OptimizerSettings:
     rel_tol: float = 1e-5
     n_window: int = 10
     eta: float = 1.0
+    project_parameter: bool = True
 
 
 STANDARD = OptimizerSettings(num_restarts=10, raw_samples=1024, batch_limit=512)
@@ -79,6 +83,38 @@ def boltzmann_starts(x: Tensor, values: Tensor, n: int, eta: float, generator: t
     return x[idx.to(x.device)]
 
 
+def adam_ascent(
+    acquisition: AcquisitionFn, starts: Tensor, bounds: Tensor, settings: OptimizerSettings
+) -> tuple[Tensor, Tensor, int]:
+    """Step 3: Adam from `starts` [r, d] on all of them jointly; returns the clamped end points,
+    their values (no gradient) and the number of Adam steps."""
+    lower, upper = bounds[0], bounds[1]
+    x = starts.clone().requires_grad_(True)
+    optimizer = torch.optim.Adam([x], lr=settings.lr)
+    stopping = ExpMAStoppingCriterion(
+        maxiter=settings.maxiter, minimize=True, n_window=settings.n_window, rel_tol=settings.rel_tol
+    )
+    steps = 0
+    while True:
+        if settings.project_parameter:
+            with torch.no_grad():
+                x.copy_(torch.maximum(torch.minimum(x, upper), lower))
+            point = x
+        else:
+            point = torch.maximum(torch.minimum(x.detach(), upper), lower).requires_grad_(True)
+        loss = -acquisition(point).sum()
+        (grad,) = torch.autograd.grad(loss, point)
+        # A non-finite gradient (e.g. at a kink) must not poison the whole batch of restarts.
+        x.grad = torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
+        optimizer.step()
+        steps += 1
+        if stopping(loss.detach()):
+            break
+    with torch.no_grad():
+        x = torch.maximum(torch.minimum(x.detach(), upper), lower)
+        return x, acquisition(x), steps
+
+
 def maximize_acquisition(
     acquisition: AcquisitionFn,
     bounds: Tensor,
@@ -95,27 +131,9 @@ def maximize_acquisition(
     stats.acquisition_calls += -(-settings.raw_samples // settings.batch_limit)
     starts = boltzmann_starts(raw, values, settings.num_restarts, settings.eta, generator)
 
-    x = starts.clone().requires_grad_(True)
-    optimizer = torch.optim.Adam([x], lr=settings.lr)
-    stopping = ExpMAStoppingCriterion(
-        maxiter=settings.maxiter, minimize=True, n_window=settings.n_window, rel_tol=settings.rel_tol
-    )
-    while True:
-        with torch.no_grad():
-            x.copy_(torch.maximum(torch.minimum(x, upper), lower))
-        loss = -acquisition(x).sum()
-        (grad,) = torch.autograd.grad(loss, x)
-        # A non-finite gradient (e.g. at a kink) must not poison the whole batch of restarts.
-        x.grad = torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0)
-        optimizer.step()
-        stats.adam_steps += 1
-        stats.acquisition_calls += 1
-        if stopping(loss.detach()):
-            break
-    with torch.no_grad():
-        x = torch.maximum(torch.minimum(x.detach(), upper), lower)
-        final = acquisition(x)
-    stats.acquisition_calls += 1
+    x, final, steps = adam_ascent(acquisition, starts, bounds, settings)
+    stats.adam_steps += steps
+    stats.acquisition_calls += steps + 1
     final = torch.where(torch.isfinite(final), final, torch.full_like(final, -torch.inf))
     best = int(torch.argmax(final))
     return x[best].detach(), float(final[best]), stats
