@@ -103,6 +103,7 @@ def run_ours(cells: list[tuple[str, str]], seeds: list[int], cache: Path, worker
         payload = {
             "cumulative_regret": float(records["cumulative_regret"].iloc[-1]),
             "wall_time_s": result.wall_time_s,
+            "fit_attempts_max": int(records["fit_attempts"].max()),
             "x": records.filter(like="x_").to_numpy().tolist(),
             "spec": spec.identity(),
         }
@@ -188,6 +189,7 @@ def main() -> None:
     parser.add_argument("--cells", nargs="*", help="ALGORITHM:PROBLEM (default: the issue's target cells)")
     parser.add_argument("--workers", type=int, default=2, help="parallel runs of each code")
     parser.add_argument("--table-only", action="store_true", help="print what the cache holds, run nothing")
+    parser.add_argument("--only", choices=["ours", "published"], help="run one code's side only")
     args = parser.parse_args()
 
     cells = parse_cells(args.cells)
@@ -196,9 +198,11 @@ def main() -> None:
     (cache / "published").mkdir(parents=True, exist_ok=True)
     if not args.table_only:
         code = PublishedCode.at(args.published, args.published_python)
-        run_ours(cells, seeds, cache, args.workers)
-        runs = [PublishedRun(a, p, s) for s in seeds for a, p in cells]
-        run_published(code, runs, cache / "published", args.workers)
+        if args.only != "published":
+            run_ours(cells, seeds, cache, args.workers)
+        if args.only != "ours":
+            runs = [PublishedRun(a, p, s) for s in seeds for a, p in cells]
+            run_published(code, runs, cache / "published", args.workers)
     print("\n".join(table(cells, seeds, cache)))
     print(f"\nR_100: cumulative exact regret after {EVALUATIONS} evaluations ({INIT_SIZE} of them the initial "
           f"design), mean ± SE over seeds {seeds[0]}..{seeds[-1]}; ratio: ours / published; Mann-Whitney "

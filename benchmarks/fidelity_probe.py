@@ -88,12 +88,15 @@ def main() -> None:
                       dist=1 / math.sqrt(t) * (2.0 + math.sqrt(2.0 * math.log(10))), beta=beta)
         with torch.no_grad():
             values = torch.cat([acq(chunk.unsqueeze(1)) for chunk in candidates.split(batch)])
-        torch.manual_seed(int(request["seed"]) + t)
         start = time.perf_counter()
-        chosen, chosen_value = optimize_acqf(
-            acq_function=acq, bounds=problem.bounds[:, :d_x], q=1, num_restarts=restarts, raw_samples=raw,
-            gen_candidates=gen_candidates_torch, options={"batch_limit": batch},
-        )
+        chosen = []
+        for repeat in range(int(request.get("repeats", 1))):
+            torch.manual_seed(int(request["seed"]) + t + 1000 * repeat)
+            point, _ = optimize_acqf(
+                acq_function=acq, bounds=problem.bounds[:, :d_x], q=1, num_restarts=restarts, raw_samples=raw,
+                gen_candidates=gen_candidates_torch, options={"batch_limit": batch},
+            )
+            chosen.append(point.detach().reshape(-1).tolist())
         covar = model.covar_module
         kernel = covar.base_kernel if hasattr(covar, "base_kernel") else covar
         answers.append({
@@ -102,8 +105,7 @@ def main() -> None:
             "noise": float(model.likelihood.noise.detach().reshape(-1)[0]),
             "mean_constant": float(model.mean_module.constant.detach().reshape(-1)[0]),
             "values": values.detach().reshape(-1).tolist(),
-            "chosen": chosen.detach().reshape(-1).tolist(),
-            "chosen_value": float(chosen_value.detach().reshape(-1)[0]),
+            "chosen": chosen,
             "fit_seconds": fit_seconds,
             "acquisition_seconds": time.perf_counter() - start,
         })

@@ -11,8 +11,10 @@ its choice. Printed per step:
     acq      max |alpha_ours - alpha_pub| over 256 Sobol candidates, as a fraction of the
              published acquisition's range over them (StableOpt and DRBO-KDE redraw context
              sets at every call, so their acquisitions differ by that noise)
-    choice   |x_ours - x_pub|, and gap = (alpha(x_ours) - alpha(x_pub)) / range, both under
-             our acquisition (> 0: our optimiser climbed higher on the same function)
+    choice   each code's optimiser is run --repeats times (other seeds): the median distance
+             between the two codes' choices, and gap = (mean alpha(x_ours) - mean alpha(x_pub))
+             / range, both under our acquisition (> 0: our optimiser climbed higher on the same
+             function), with the standard error of that difference
 
 The published side runs `fidelity_probe.py` in the published code's venv; the history comes
 from the cache of `fidelity.py` (run that first for the algorithm, problem and seed).
@@ -96,13 +98,13 @@ def replay(args: argparse.Namespace) -> None:
     request = {
         "problem": PUBLISHED_PROBLEMS[args.problem], "algorithm": PUBLISHED_NAMES[args.algorithm], "beta": 1.5,
         "history": {"X": x.tolist(), "Y": y.tolist(), "contexts": c.tolist()}, "steps": steps,
-        "candidates": candidates.tolist(), "seed": args.seed, **sets,
+        "candidates": candidates.tolist(), "seed": args.seed, "repeats": args.repeats, **sets,
     }
     theirs = {a["step"]: a for a in ask_published(code, request)}
 
     print(f"{args.algorithm} on {args.problem}, published seed {args.seed}: replayed steps {steps}")
     print(f"{'t':>3} | {'fit: dlog l':>11} {'noise ours/pub':>19} {'dobj':>9} | {'acq diff':>9} | "
-          f"{'|dx|':>7} {'gap':>9}")
+          f"{'|dx|':>7} {'gap +- SE':>19}")
     unit = torch.stack([torch.zeros(problem.dim_x), torch.ones(problem.dim_x)]).to(torch.float64)
     for t in steps:
         answer = theirs[t]
@@ -133,13 +135,18 @@ def replay(args: argparse.Namespace) -> None:
         their_values = torch.tensor(answer["values"], dtype=torch.float64)
         span = float(their_values.max() - their_values.min()) or 1.0
         acq_diff = float((ours_values - their_values).abs().max()) / span
-        x_ours, _, _ = maximize_acquisition(acq, unit, algo.optimizer_settings(), g)
+        x_ours = torch.stack([
+            maximize_acquisition(acq, unit, algo.optimizer_settings(), torch.Generator().manual_seed(args.seed + t + 1000 * k))[0]
+            for k in range(args.repeats)
+        ])
         x_pub = torch.tensor(answer["chosen"], dtype=torch.float64)
         with torch.no_grad():
-            both = acq(torch.stack([x_ours, x_pub]))
-        gap = float(both[0] - both[1]) / span
+            v_ours, v_pub = acq(x_ours) / span, acq(x_pub) / span
+        gap = float(v_ours.mean() - v_pub.mean())
+        se = float((v_ours.var() / len(v_ours) + v_pub.var() / len(v_pub)).sqrt()) if args.repeats > 1 else float("nan")
+        distance = float(torch.cdist(x_ours, x_pub).diagonal().median())
         print(f"{t:>3} | {d_log_l:>11.2e} {model.noise:>9.2e}/{answer['noise']:<9.2e} {d_obj:>9.2e} | "
-              f"{acq_diff:>9.2e} | {float((x_ours - x_pub).norm()):>7.4f} {gap:>+9.2e}")
+              f"{acq_diff:>9.2e} | {distance:>7.4f} {gap:>+9.2e} +- {se:.1e}")
 
 
 def main() -> None:
@@ -151,6 +158,7 @@ def main() -> None:
     parser.add_argument("--problem", required=True, choices=list(PUBLISHED_PROBLEMS))
     parser.add_argument("--seed", type=int, default=FIRST_SEED)
     parser.add_argument("--steps", type=int, nargs="+", default=[5, 10, 20, 40, 70, 99])
+    parser.add_argument("--repeats", type=int, default=8, help="optimiser runs per step and code")
     replay(parser.parse_args())
 
 
