@@ -125,7 +125,8 @@ def replay(args: argparse.Namespace) -> None:
 
         algo.setup(state, g)
         if sets["lipschitz_points"] is not None and args.algorithm == "wdrbo":
-            algo._lipschitz_points = torch.tensor(sets["lipschitz_points"], dtype=torch.float64)
+            lo, hi = problem.context_bounds
+            algo._uniform = (torch.tensor(sets["lipschitz_points"], dtype=torch.float64) - lo) / (hi - lo)
         if sets["kde_samples"] is not None:
             fixed = torch.tensor(sets["kde_samples"][str(t)], dtype=torch.float64)
             sbo_kde_module.kde_samples = drbo_kde_module.kde_samples = lambda *_, _f=fixed: _f

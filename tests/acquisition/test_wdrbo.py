@@ -126,16 +126,19 @@ def test_differentiated_acquisition_gradient_matches_finite_differences() -> Non
     assert torch.allclose(grad, numeric, rtol=1e-4, atol=1e-5)
 
 
-def test_toy_lipschitz_points_cover_the_contexts_range_in_the_paper_profile() -> None:
-    """The toy's contexts (P* = N(0.6, 0.2^2), not clipped) reach beyond the box [0, 1]."""
-    problem = make_problem("toy-general", "paper")
-    state = BOState(torch.zeros(3, 1), torch.full((3, 1), 0.6), torch.zeros(3))
-    algo = WDRBO(problem, "paper")
+def test_lipschitz_points_cover_the_observed_contexts_in_the_paper_profile() -> None:
+    """The toy's contexts (P* = N(0.6, 0.2^2), not clipped) leave the box [0, 1]: the paper
+    profile stretches the points' box to every observed context; the code keeps [0, 1]."""
+    contexts = torch.tensor([[0.6], [-0.15], [1.3], [0.5]], dtype=torch.float64)
+    state = BOState(torch.zeros(4, 1, dtype=torch.float64), contexts, torch.zeros(4, dtype=torch.float64))
+    algo = WDRBO(make_problem("toy-general", "paper"), "paper")
     algo.setup(state, torch.Generator().manual_seed(0))
-    points = algo._lipschitz_points[:, 0]
-    low, high = problem.context_range[:, 0].tolist()
-    assert low <= float(points.min()) and float(points.max()) <= high
-    assert float(points.min()) < 0.0 and float(points.max()) > 1.0
+    assert algo.lipschitz_box(state).tolist() == [[-0.15], [1.3]]
+    points = algo.lipschitz_points(state)[:, 0]
+    assert -0.15 <= float(points.min()) < 0.0 and 1.0 < float(points.max()) <= 1.3
+    # Inside the box, the box stays the domain's.
+    inside = BOState(state.x, torch.tensor([[0.2], [0.4], [0.6], [0.8]], dtype=torch.float64), state.y)
+    assert algo.lipschitz_box(inside).tolist() == [[0.0], [1.0]]
     reference = WDRBO(make_problem("toy-general", "reference"), "reference")
     reference.setup(state, torch.Generator().manual_seed(0))
-    assert 0.0 <= float(reference._lipschitz_points.min()) and float(reference._lipschitz_points.max()) <= 1.0
+    assert reference.lipschitz_box(state).tolist() == [[0.0], [1.0]]

@@ -106,14 +106,6 @@ def test_toy_bounds() -> None:
     p = make_problem("toy-general")
     assert p.decision_bounds.tolist() == [[-1.0], [1.0]]
     assert p.context_bounds.tolist() == [[0.0], [1.0]]
-    # Its contexts are not clipped: P* = N(0.6, 0.2^2) reaches beyond [0, 1].
-    assert p.context_range.tolist() == [[pytest.approx(-0.2)], [pytest.approx(1.4)]]
-
-
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "toy-general"])
-def test_bounded_problems_contexts_lie_in_their_domain(name: str) -> None:
-    p = make_problem(name)
-    assert torch.equal(p.context_range, p.context_bounds)
 
 
 def test_only_toy_has_a_centre_distribution() -> None:

@@ -78,17 +78,28 @@ class WDRBO(Algorithm):
         # spec 8.8: the code's L(x) adds to the value but not to the Adam gradient; the paper
         # profile differentiates it, so that Adam climbs the acquisition the paper defines.
         "wdrbo_L_detached": (False, True),
-        # The points cover the range where the contexts lie (the toy's reach beyond [0, 1]);
-        # the code draws them on the context domain box.
-        "wdrbo_L_on_context_range": (True, False),
+        # The code draws the points on the context domain box once per run. The paper profile
+        # maps the same uniform draws, at every step, onto the smallest box that holds the
+        # domain box and every observed context: the toy's contexts (not clipped) leave [0, 1].
+        "wdrbo_L_cover_observed": (True, False),
     }
 
     def setup(self, state: BOState, generator: torch.Generator) -> None:
-        on_range = bool(self.options.get("wdrbo_L_on_context_range", False))
-        bounds = self.problem.context_range if on_range else self.problem.context_bounds
         count = int(self.options["lipschitz_points"])
-        u = torch.rand(count, self.problem.dim_c, generator=generator, dtype=torch.float64)
-        self._lipschitz_points = bounds[0] + (bounds[1] - bounds[0]) * u
+        self._uniform = torch.rand(count, self.problem.dim_c, generator=generator, dtype=torch.float64)
+        self._lipschitz_points = self.lipschitz_points(state)
+
+    def lipschitz_box(self, state: BOState) -> Tensor:
+        """[2, d_c]: the context domain box, stretched to the observed contexts in the paper profile."""
+        bounds = self.problem.context_bounds.to(torch.float64)
+        if not self.options.get("wdrbo_L_cover_observed", False) or state.n == 0:
+            return bounds
+        observed = state.context.to(torch.float64)
+        return torch.stack([torch.minimum(bounds[0], observed.amin(0)), torch.maximum(bounds[1], observed.amax(0))])
+
+    def lipschitz_points(self, state: BOState) -> Tensor:
+        box = self.lipschitz_box(state)
+        return box[0] + (box[1] - box[0]) * self._uniform
 
     def radius(self, n: int) -> float:
         centre = self.problem.centre_distribution()
@@ -107,6 +118,7 @@ class WDRBO(Algorithm):
         device = model.train_x.device
         nodes, weights = self.centre(state)
         radius = self.radius(state.n)
+        self._lipschitz_points = self.lipschitz_points(state)
         points = self._lipschitz_points.to(device) if radius > 0 and self._lipschitz_points.numel() else None
         return WassersteinUCB(
             model,
@@ -127,7 +139,8 @@ class ERBO(WDRBO):
 
     def setup(self, state: BOState, generator: torch.Generator) -> None:
         # The reference draws one dummy Lipschitz point and multiplies its term by 0; skipped.
-        self._lipschitz_points = torch.empty(0, self.problem.dim_c, dtype=torch.float64)
+        self._uniform = torch.empty(0, self.problem.dim_c, dtype=torch.float64)
+        self._lipschitz_points = self._uniform
 
     def radius(self, n: int) -> float:
         return 0.0

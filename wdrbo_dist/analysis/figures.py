@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from wdrbo_dist.analysis.load import FINISHED, StudyData
-from wdrbo_dist.analysis.statistics import grouped_mean_se, mean_se
+from wdrbo_dist.analysis.statistics import grouped_mean_se, mean_se, significant_digits_format
 from wdrbo_dist.analysis.tables import algorithm_name, problem_name
 
 COLOURS = {
@@ -205,6 +205,20 @@ def _argmaxes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return x[np.isclose(y, top, rtol=0, atol=1e-9 * max(1.0, abs(top)))]
 
 
+LATE_STEPS = 20  # the toy's caption measures each method's behaviour over its last 20 evaluations
+
+
+def toy_measured(steps: pd.DataFrame, last: int = LATE_STEPS) -> dict[str, tuple[float, float, int]]:
+    """Per algorithm: (mean, SE over seeds, seeds) of the mean instantaneous regret over each
+    run's last `last` evaluations: what a method pays per step once it has settled."""
+    out = {}
+    for algorithm, sub in steps.groupby("algorithm"):
+        late = sub.sort_values("step").groupby("seed")["regret"].apply(lambda r: float(r.iloc[-last:].mean()))
+        summary = mean_se(late.to_numpy())
+        out[str(algorithm)] = (summary.mean, summary.se, int(late.size))
+    return out
+
+
 def toy_item(data: StudyData, fidelity: str) -> FigureItem | None:
     """f with its optima under P̂ and P*, and WDRBO vs ERBO cumulative regret (paper Fig. a, b)."""
     if TOY not in data.problems:
@@ -242,6 +256,14 @@ def toy_item(data: StudyData, fidelity: str) -> FigureItem | None:
         shown = True
     if not shown:
         _note(fig, 1, 3, "no finished WDRBO / ERBO runs")
+    measured = toy_measured(steps[steps["algorithm"].isin(["wdrbo", "erbo"])])
+    truth = curves["e_true"]
+    centre_choice = float(np.interp(0.0, x, truth))  # ERBO's target x = 0 under P*
+    measured_text = "; ".join(
+        f"{algorithm_name(a)}: "
+        f"{significant_digits_format(m, se)} per step over the last {LATE_STEPS} evaluations ({n} seeds)"
+        for a, (m, se, n) in measured.items()
+    )
     fig.update_xaxes(title_text="x", row=1, col=1)
     fig.update_yaxes(title_text="c", row=1, col=1)
     fig.update_xaxes(title_text="x", row=1, col=2)
@@ -254,8 +276,10 @@ def toy_item(data: StudyData, fidelity: str) -> FigureItem | None:
         "middle panel as vertical lines. Middle: the expectation of f under the ambiguity centre P̂ = N(0.5, 0.1²) "
         "(what ERBO maximises), under the true P* = N(0.6, 0.2²), and WDRBO's robust objective "
         "E_P̂ f − ε·L(x) with L the Lipschitz constant of f in c; stars mark the maximisers. "
-        "Right: mean ± standard error of the cumulative regret of WDRBO and ERBO: ERBO converges to the "
-        "centre's maximiser and pays a constant regret per step, WDRBO's robust choice is close to the true optimum.",
+        "Right: mean ± standard error of the cumulative regret of WDRBO and ERBO. The analytic picture: ERBO's "
+        f"target x = 0 pays {curves['optimal_value'] - centre_choice:.3f} per step under P*, WDRBO's target almost "
+        "nothing. Measured in this study (instantaneous regret, mean ± SE over seeds): "
+        + (measured_text or "no finished runs") + ".",
         fig,
     )
 

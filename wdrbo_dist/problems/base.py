@@ -67,13 +67,6 @@ class Problem(abc.ABC):
         """[2, d_c] lower and upper bounds of the context domain (the unit box unless overridden)."""
         return torch.stack([torch.zeros(self.dim_c, dtype=DTYPE), torch.ones(self.dim_c, dtype=DTYPE)])
 
-    @property
-    def context_range(self) -> Tensor:
-        """[2, d_c] the box where the contexts lie: the observed ones and, in the general setting,
-        the centre's. The context domain unless a problem's contexts leave it (the toy's are not
-        clipped); WDRBO's Lipschitz points cover it in the `paper` profile."""
-        return self.context_bounds
-
     # --- the environment ----------------------------------------------------------------------
     @abc.abstractmethod
     def sample_context(self, n: int, generator: torch.Generator) -> Tensor:

@@ -20,7 +20,6 @@ from wdrbo_dist.problems.common import as_batch
 TRUE_MEAN, TRUE_STD = 0.6, 0.2
 CENTRE_MEAN, CENTRE_STD, RADIUS = 0.5, 0.1, 0.1
 QUADRATURE_NODES = 64
-RANGE_STDS = 4.0  # the contexts' range: P*'s mean +- 4 sd (it holds the centre's +- 4 sd too)
 
 
 def folded_mean(mu: float, sigma: float) -> float:
@@ -51,13 +50,6 @@ class ToyGeneral(Problem):
     @property
     def decision_bounds(self) -> Tensor:
         return torch.tensor([[-1.0], [1.0]], dtype=DTYPE)
-
-    @property
-    def context_range(self) -> Tensor:
-        """P*'s mean +- 4 sd, [-0.2, 1.4]: the observed contexts leave the default box [0, 1]."""
-        lower, upper = TRUE_MEAN - RANGE_STDS * TRUE_STD, TRUE_MEAN + RANGE_STDS * TRUE_STD
-        assert lower <= CENTRE_MEAN - RANGE_STDS * CENTRE_STD and CENTRE_MEAN + RANGE_STDS * CENTRE_STD <= upper
-        return torch.tensor([[lower], [upper]], dtype=DTYPE)
 
     def sample_context(self, n: int, generator: torch.Generator) -> Tensor:
         return TRUE_MEAN + TRUE_STD * torch.randn(n, 1, generator=generator, dtype=DTYPE)
