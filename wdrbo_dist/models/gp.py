@@ -298,7 +298,8 @@ class _MapObjective:
 def fit_gp(train_x: Tensor, train_y: Tensor, generator: torch.Generator) -> tuple[GaussianProcess, FitReport]:
     """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes.
 
-    An attempt whose L-BFGS-B does not converge (or meets a non-finite value) is retried from
+    An attempt whose L-BFGS-B fails (other than at its iteration limit, as in BoTorch) or meets
+    a non-finite value is retried from
     hyperparameters drawn from the priors with `generator`, up to 5 attempts as BoTorch does;
     if none converges, the best attempt is kept (and the report says so) rather than failing.
     """
@@ -321,7 +322,9 @@ def fit_gp(train_x: Tensor, train_y: Tensor, generator: torch.Generator) -> tupl
         value = float(res.fun)
         if math.isfinite(value) and (best is None or value < best[0]):
             best = (value, res.x.copy())
-        if res.success and math.isfinite(value) and value < 1e10:
+        # BoTorch's rule: L-BFGS-B stopping at its iteration or evaluation limit (status 1) is
+        # not a failed attempt; anything else unsuccessful is retried.
+        if (res.success or res.status == 1) and math.isfinite(value) and value < 1e10:
             converged = True
             best = (value, res.x.copy())
             break
