@@ -299,9 +299,9 @@ def fit_gp(train_x: Tensor, train_y: Tensor, generator: torch.Generator) -> tupl
     """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes.
 
     An attempt whose L-BFGS-B fails (other than at its iteration limit, as in BoTorch) or meets
-    a non-finite value is retried from
-    hyperparameters drawn from the priors with `generator`, up to 5 attempts as BoTorch does;
-    if none converges, the best attempt is kept (and the report says so) rather than failing.
+    a non-finite value is retried from hyperparameters drawn from the priors with `generator`,
+    up to 5 attempts as BoTorch does; if none converges, the best attempt is kept (and the
+    report says so) where BoTorch raises: a run is not lost to a hard fit.
     """
     dtype, device = train_x.dtype, train_x.device
     n, dim = train_x.shape
