@@ -59,12 +59,19 @@ class WassersteinUCB(Acquisition):
     def forward(self, x: Tensor) -> Tensor:
         if self._all_features is None:
             return self.expected_ucb(x)
-        # One pass shares the candidate-side work between the mean term and L(x).
-        ucb, grad = self.model.ucb_from_features(x, self._all_features, self.beta, self.detach_lipschitz)
+        # One pass shares the candidate-side work between the mean term and L(x); the context
+        # gradients at the Lipschitz points stay outside autograd.
+        ucb, grad = self.model.ucb_from_features(x, self._all_features, self.beta, detach_gradient=True)
         assert grad is not None
-        penalty = grad.norm(dim=-1).amax(dim=-1)
-        if self.detach_lipschitz:
-            penalty = penalty.detach()
+        norms = grad.norm(dim=-1)  # [b, M]
+        if self.detach_lipschitz or not torch.is_grad_enabled():
+            penalty = norms.amax(dim=-1).detach()
+        else:
+            # The gradient of a max is the gradient at its argmax: recompute the context
+            # gradient, differentiably in x, at each candidate's maximising point only.
+            points = self.lipschitz_points[norms.argmax(dim=-1)]  # [b, d_c]
+            _, at_max = self.model.ucb_and_gradient(torch.cat([x, points], -1), self.beta, slice(self.dim_x, None))
+            penalty = at_max.norm(dim=-1)
         return ucb @ self.weights - self.radius * penalty
 
 
