@@ -54,6 +54,28 @@ def test_grouped_mean_se_matches_mean_se():
             assert math.isnan(out.loc[g, "se"])
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf], ids=["nan", "+inf", "-inf"])
+def test_nan_and_infinities_are_not_data_for_either_estimator(bad: float):
+    # 1 and 3 are the data (mean 2, sd sqrt 2, se 1); the bad value is dropped, not counted.
+    direct = mean_se([1.0, bad, 3.0])
+    frame = pd.DataFrame({"g": ["a", "a", "a", "b", "b"], "v": [1.0, bad, 3.0, bad, bad]})
+    grouped = grouped_mean_se(frame, ["g"], "v").set_index("g")
+    assert (direct.n, direct.mean) == (2, 2.0) and direct.se == pytest.approx(1.0)
+    assert (grouped.loc["a", "n"], grouped.loc["a", "mean"]) == (2, 2.0) and grouped.loc["a", "se"] == pytest.approx(1.0)
+    # A group of nothing but bad values has no data: n = 0, mean and se undefined, as for mean_se.
+    assert grouped.loc["b", "n"] == 0 and math.isnan(grouped.loc["b", "mean"]) and math.isnan(grouped.loc["b", "se"])
+    nothing = mean_se([bad, bad])
+    assert nothing.n == 0 and math.isnan(nothing.mean) and math.isnan(nothing.se)
+
+
+def test_both_infinities_in_one_group_are_dropped_too():
+    frame = pd.DataFrame({"g": ["a"] * 5, "v": [np.inf, 1.0, -np.inf, 3.0, np.nan]})
+    [row] = grouped_mean_se(frame, ["g"], "v").to_dict("records")
+    direct = mean_se(frame["v"])
+    assert (row["n"], row["mean"]) == (direct.n, direct.mean) == (2, 2.0)
+    assert row["se"] == pytest.approx(direct.se)
+
+
 def test_holm_known_vector():
     # sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> monotone 0.06
     adjusted = holm([0.01, 0.04, 0.03, 0.005])

@@ -1,6 +1,8 @@
 """Pure statistics for comparing algorithms over seeds: no I/O, no pandas state, no plotting.
 
 Conventions (all regrets are "lower is better"):
+- only finite values are data (`is_data`): NaN (missing) and ±inf (a diverged value) are
+  dropped by every estimator here, before counting, so n counts what the mean is taken over;
 - the standard error is the sample standard deviation (ddof = 1) over sqrt(n);
 - ranks are taken within a block (one seed of one problem: the same initial design and the
   same context stream for every algorithm, so the comparison is paired), rank 1 = lowest
@@ -31,10 +33,15 @@ class MeanSE:
     n: int
 
 
+def is_data(values: np.ndarray) -> np.ndarray:
+    """The one rule of what counts as data: finite values (not NaN, not ±inf)."""
+    return np.isfinite(values)
+
+
 def mean_se(values: ArrayLike) -> MeanSE:
-    """Mean and standard error sd(ddof=1)/sqrt(n) of the finite values; NaNs are not data."""
+    """Mean and standard error sd(ddof=1)/sqrt(n) of the values that are data (`is_data`)."""
     arr = np.asarray(values, dtype=float)
-    arr = arr[np.isfinite(arr)]
+    arr = arr[is_data(arr)]
     n = int(arr.size)
     if n == 0:
         return MeanSE(math.nan, math.nan, 0)
@@ -140,7 +147,7 @@ def paired_wilcoxon(
     base = np.asarray(baseline, dtype=float)
     if ref.shape != base.shape:
         raise ValueError(f"paired samples differ in shape: {ref.shape} vs {base.shape}")
-    keep = np.isfinite(ref) & np.isfinite(base)
+    keep = is_data(ref) & is_data(base)
     ref, base = ref[keep], base[keep]
     n = int(ref.size)
     if n == 0:
@@ -182,9 +189,12 @@ def significant_digits_format(mean: float, se: float) -> str:
 def grouped_mean_se(frame: pd.DataFrame, by: Sequence[str], value: str) -> pd.DataFrame:
     """Per group: mean, standard error (ddof = 1; NaN for a single value) and count of `value`.
 
-    The same estimator as `mean_se`, vectorised for per-step curves; NaNs are not data.
+    The same estimator as `mean_se`, vectorised for per-step curves: what is not data
+    (`is_data`) is made NaN first, which pandas' mean, std and count skip.
     """
-    grouped = frame.groupby(list(by), sort=False, observed=True)[value]
+    values = frame[value].to_numpy(dtype=float, na_value=np.nan)
+    data = frame[list(by)].assign(**{value: np.where(is_data(values), values, np.nan)})
+    grouped = data.groupby(list(by), sort=False, observed=True)[value]
     out = grouped.agg(mean="mean", std="std", n="count").reset_index()  # pandas std: ddof = 1
     out["se"] = out["std"] / np.sqrt(out["n"].where(out["n"] > 0))
     out.loc[out["n"] < 2, "se"] = np.nan
