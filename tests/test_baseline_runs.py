@@ -55,7 +55,7 @@ def test_short_run_on_every_problem(algorithm: str, fidelity: str) -> None:
 def test_runs_are_deterministic(algorithm: str, fidelity: str, options: dict) -> None:
     a = _run(algorithm, "modified-branin", fidelity, seed=7, options=options).drop(columns=TIME_COLUMNS)
     b = _run(algorithm, "modified-branin", fidelity, seed=7, options=options).drop(columns=TIME_COLUMNS)
-    pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
 def test_profiles_differ_where_the_reference_has_a_fault() -> None:
@@ -63,11 +63,12 @@ def test_profiles_differ_where_the_reference_has_a_fault() -> None:
     paper = _run("stableopt", "ackley", "paper", seed=11)
     reference = _run("stableopt", "ackley", "reference", seed=11)
     initial = paper.is_initial
-    pd.testing.assert_frame_equal(paper[initial].drop(columns=TIME_COLUMNS), reference[initial].drop(columns=TIME_COLUMNS))
+    pd.testing.assert_frame_equal(paper[initial].drop(columns=TIME_COLUMNS), reference[initial].drop(columns=TIME_COLUMNS),
+                                  check_exact=True)
     assert not np.allclose(paper.loc[~initial, "x_0"], reference.loc[~initial, "x_0"])
     # ... and a switch of spec 9 overrides the profile back.
     fixed = _run("stableopt", "ackley", "reference", seed=11, options={"stable_box_sign_bug": False})
-    pd.testing.assert_frame_equal(paper.drop(columns=TIME_COLUMNS), fixed.drop(columns=TIME_COLUMNS))
+    pd.testing.assert_frame_equal(paper.drop(columns=TIME_COLUMNS), fixed.drop(columns=TIME_COLUMNS), check_exact=True)
 
 
 def test_run_one_cli_with_a_baseline_and_an_override(tmp_path) -> None:

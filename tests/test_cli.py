@@ -35,7 +35,7 @@ def test_run_one_writes_one_row_per_evaluation_and_is_repeatable(tmp_path: Path)
     a, b = pd.read_parquet(tmp_path / "a.parquet"), pd.read_parquet(tmp_path / "b.parquet")
     assert len(a) == 8 and {"x_0", "c_0", *CORE_COLUMNS} <= set(a.columns)
     timeless = [c for c in a.columns if not c.startswith("time_") and c != "inner_solve_s"]
-    pd.testing.assert_frame_equal(a[timeless], b[timeless])
+    pd.testing.assert_frame_equal(a[timeless], b[timeless], check_exact=True)
 
 
 @pytest.mark.parametrize(

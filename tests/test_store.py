@@ -46,7 +46,7 @@ def test_layout_and_meta_of_a_finished_run(tmp_path: Path) -> None:
     store.save(result)
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [f"{key}.json", f"{key}.parquet"]
     assert store.finished_keys() == {key} and store.failed_keys() == set()
-    pd.testing.assert_frame_equal(store.read_records(key), result.records)
+    pd.testing.assert_frame_equal(store.read_records(key), result.records, check_exact=True)
     meta = store.read_meta(key)
     assert meta["run_key"] == key and meta["label"] == "newsvendor|erbo|s1" and meta["status"] == "FINISHED"
     assert meta["spec"]["options"] == {"beta": 2.0} and meta["spec"]["study"] == "unit"

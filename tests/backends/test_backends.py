@@ -60,7 +60,7 @@ def test_serial_local_and_ray_give_identical_records(tmp_path: Path) -> None:
         first = timeless(stores[0].read_records(key))
         assert len(first) == 7
         for other in stores[1:]:
-            pd.testing.assert_frame_equal(first, timeless(other.read_records(key)))
+            pd.testing.assert_frame_equal(first, timeless(other.read_records(key)), check_exact=True)
 
 
 def test_tasks_start_longest_expected_first() -> None:
