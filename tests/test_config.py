@@ -96,11 +96,16 @@ BAD = [
     ({"algorithms": [{"name": "erbo", "resources": {"num_cpus": -1}}]}, "algorithms[0].resources.num_cpus: must be a number >= 0, got -1"),
     ({"algorithms": [{"name": "erbo", "resources": {"gpus": 1}}]}, "algorithms[0].resources: unknown key 'gpus'; allowed keys: num_cpus, num_gpus"),
     ({"algorithms": ["erbo", "erbo"]}, "algorithms[1].name: 'erbo' is listed twice"),
-    ({"seeds": []}, "seeds: must be a non-empty list of integers >= 0 or {start: S, count: N}"),
-    ({"seeds": [1, -2]}, "seeds[1]: must be an integer >= 0, got int -2"),
+    ({"seeds": []}, "seeds: must be a list of 1 to 100000 integers in [0, 2**63 - 1] or {start: S, count: N}"),
+    ({"seeds": [1, -2]}, "seeds[1]: must be an integer in [0, 9223372036854775807], got int -2"),
+    ({"seeds": [2**63]}, "seeds[0]: must be an integer in [0, 9223372036854775807], got int 9223372036854775808"),
     ({"seeds": [1, 1]}, "seeds[1]: seed 1 is listed twice"),
     ({"seeds": {"start": 100}}, "seeds: a mapping needs both start and count"),
-    ({"seeds": {"start": 100, "count": 0}}, "seeds.count: must be an integer >= 1, got int 0"),
+    ({"seeds": {"start": 100, "count": 0}}, "seeds.count: must be an integer in [1, 100000], got int 0"),
+    ({"seeds": {"start": 0, "count": 10**12}}, "seeds.count: must be an integer in [1, 100000], got int 1000000000000"),
+    ({"output_dir": "out\0put"}, "output_dir: not a usable path 'out\\x00put' (embedded null byte)"),
+    ({"tracking_uri": "sqlite:///~nobody-at-all/m.db"}, "tracking_uri: not a usable path '~nobody-at-all/m.db'"),
+    ({"algorithms": [{"name": ["wdrbo"]}]}, "algorithms[0].name: unknown algorithm ['wdrbo']; allowed: wdrbo, erbo"),
     ({"evaluations": "many"}, "evaluations: must be an integer >= 2, got str 'many'"),
     ({"evaluations": 5}, "init_size: must be smaller than evaluations (5), got 5"),
     ({"init_size": 0}, "init_size: must be an integer >= 1, got int 0"),
@@ -123,14 +128,17 @@ def test_a_bad_config_names_the_field_and_the_allowed_values(changes: dict, mess
 
 
 def test_files_that_are_not_study_mappings(tmp_path: Path) -> None:
-    cases = {"list.yaml": "- a\n- b\n", "broken.yaml": "name: [unclosed\n", "empty.yaml": ""}
+    cases = {"list.yaml": b"- a\n- b\n", "broken.yaml": b"name: [unclosed\n", "empty.yaml": b"",
+             "latin1.yaml": b"name: quick\ndescription: caf\xe9\n", "control.yaml": b"name: quick\nseeds: [1\x07]\n"}
     expected = {
         "list.yaml": "config: must be a mapping with keys name,",
         "broken.yaml": "config: not valid YAML at line 2",
         "empty.yaml": "config: must be a mapping with keys name,",
+        "latin1.yaml": "config: not UTF-8 text: byte 0xe9 at line 2",
+        "control.yaml": "config: not valid YAML at line 2: special characters are not allowed",
     }
     for name, text in cases.items():
-        (tmp_path / name).write_text(text)
+        (tmp_path / name).write_bytes(text)
         with pytest.raises(ConfigError, match="^" + expected[name].replace("[", r"\[")):
             load_study_config(tmp_path / name)
     with pytest.raises(ConfigError, match="^config: cannot read"):

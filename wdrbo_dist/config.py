@@ -14,7 +14,7 @@ A study file (every key but `name`, `problems`, `algorithms` and `seeds` is opti
       - name: wdrbo
         options: {beta: 1.5}          # the algorithm's options / fidelity switches
         resources: {num_cpus: 1, num_gpus: 0}
-    seeds: [100, 101, 102]            # or {start: 100, count: 15}
+    seeds: [100, 101, 102]            # or {start: 100, count: 15}; up to 100000 in [0, 2**63 - 1]
     evaluations: 100                  # total, initial design included
     init_size: 5
     backend: local                    # serial | local | ray
@@ -48,6 +48,8 @@ REQUIRED_KEYS = ("name", "problems", "algorithms", "seeds")
 ALGORITHM_KEYS = ("name", "options", "resources")
 RESOURCE_KEYS = ("num_cpus", "num_gpus")
 SEED_KEYS = ("start", "count")
+SEED_MAX = 2**63 - 1  # the analysis holds seeds as int64
+SEEDS_MAX = 100_000  # seeds in one study: more is a typo (and a run list too big to build)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 NO_TRACKING = "none"
@@ -143,17 +145,33 @@ def load_study_config(path: str | os.PathLike[str], validate_runs: bool = True) 
     """Read and validate a study file; relative paths resolve against the working folder."""
     source = Path(path)
     try:
-        text = source.read_text()
+        raw = source.read_bytes()
     except OSError as exc:
         raise ConfigError(f"config: cannot read {str(source)!r}: {exc.strerror or exc}") from None
     try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"config: not UTF-8 text: byte {raw[exc.start]:#04x} at line {line}") from None
+    try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"config: not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"config: not valid YAML{_yaml_where(exc, text)}: {_yaml_problem(exc)}") from None
     return parse_study_config(data, source=source, validate_runs=validate_runs)
+
+
+def _yaml_where(exc: yaml.YAMLError, text: str) -> str:
+    """' at line L, column C' of a parser error, ' at line L' of a reader error (bad character)."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return f" at line {mark.line + 1}, column {mark.column + 1}"
+    position = getattr(exc, "position", None)
+    return f" at line {text[:position].count(chr(10)) + 1}" if isinstance(position, int) else ""
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "invalid YAML"
+    return " ".join(str(problem).split())
 
 
 def parse_study_config(
@@ -253,7 +271,7 @@ def _check_keys(where: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -
 
 def _string(name: str, value: Any, allow_empty: bool = False) -> str:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
-        raise ConfigError(f"{name}: must be a non-empty string, got {_kind(value)}")
+        raise ConfigError(f"{name}: must be a {'' if allow_empty else 'non-empty '}string, got {_kind(value)}")
     return value.strip()
 
 
@@ -263,9 +281,10 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def _integer(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name}: must be an integer >= {minimum}, got {_kind(value)}")
+def _integer(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
+        allowed = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
+        raise ConfigError(f"{name}: must be an integer {allowed}, got {_kind(value)}")
     return value
 
 
@@ -295,12 +314,12 @@ def _seeds(value: Any) -> list[int]:
         _check_keys("seeds", value, SEED_KEYS)
         if set(value) != set(SEED_KEYS):
             raise ConfigError("seeds: a mapping needs both start and count, e.g. {start: 100, count: 15}")
-        start = _integer("seeds.start", value["start"], minimum=0)
-        count = _integer("seeds.count", value["count"], minimum=1)
+        start = _integer("seeds.start", value["start"], minimum=0, maximum=SEED_MAX)
+        count = _integer("seeds.count", value["count"], minimum=1, maximum=min(SEEDS_MAX, SEED_MAX - start + 1))
         return list(range(start, start + count))
-    if not isinstance(value, list) or not value:
-        raise ConfigError("seeds: must be a non-empty list of integers >= 0 or {start: S, count: N}")
-    seeds = [_integer(f"seeds[{i}]", s, minimum=0) for i, s in enumerate(value)]
+    if not isinstance(value, list) or not value or len(value) > SEEDS_MAX:
+        raise ConfigError(f"seeds: must be a list of 1 to {SEEDS_MAX} integers in [0, 2**63 - 1] or {{start: S, count: N}}")
+    seeds = [_integer(f"seeds[{i}]", s, minimum=0, maximum=SEED_MAX) for i, s in enumerate(value)]
     for i, s in enumerate(seeds):
         if s in seeds[:i]:
             raise ConfigError(f"seeds[{i}]: seed {s} is listed twice; each may appear once")
@@ -325,7 +344,7 @@ def _algorithms(value: Any, registry: Mapping[str, Any], fidelity: str) -> list[
         if "name" not in item:
             raise ConfigError(f"{where}.name: required field missing; allowed: {', '.join(allowed)}")
         algo = item["name"]
-        if algo not in registry:
+        if not isinstance(algo, str) or algo not in registry:
             raise ConfigError(f"{where}.name: unknown algorithm {algo!r}; allowed: {', '.join(allowed)}")
         if algo in [a.name for a in result]:
             raise ConfigError(f"{where}.name: {algo!r} is listed twice; each algorithm may appear once")
@@ -399,7 +418,7 @@ def _tracking_uri(value: Any) -> str:
         if not db_path or db_path.endswith("/"):
             raise ConfigError(f"tracking_uri: a sqlite URI must name a file, e.g. sqlite:///mlflow.db; got {uri!r}")
         # Resolved once, here, so that workers and later commands find the same store.
-        return "sqlite:///" + str(Path(db_path).expanduser().resolve())
+        return "sqlite:///" + str(_resolve("tracking_uri", db_path))
     if re.match(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$", uri):
         return uri.rstrip("/")
     raise ConfigError(f"tracking_uri: must be one of {allowed}; got {uri!r}")
@@ -408,4 +427,12 @@ def _tracking_uri(value: Any) -> str:
 def _path(name: str, value: Any) -> Path:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{name}: must be a folder path (a non-empty string), got {_kind(value)}")
-    return Path(value.strip()).expanduser().resolve()
+    return _resolve(name, value.strip())
+
+
+def _resolve(name: str, text: str) -> Path:
+    """`text` as an absolute path, ~ expanded (a NUL byte or an unknown ~user is the field's error)."""
+    try:
+        return Path(text).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"{name}: not a usable path {text!r} ({exc})") from None
