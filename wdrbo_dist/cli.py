@@ -2,6 +2,9 @@
 
 Bad input prints one line naming the argument and its allowed values, and exits with 2
 before any work starts.
+
+Exit codes: 0 done; 1 some runs failed; 2 bad input (argument or config); 75 `run` refused
+because another driver is at work on the output folder (retry later); 130 interrupted.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ from pathlib import Path
 from wdrbo_dist.cli import UsageError
 
 BACKEND_CHOICES = ("serial", "local", "ray")
+# `run` while another driver holds the output folder: not bad input (2) but "busy, try again
+# later", sysexits.h's EX_TEMPFAIL, so that a job wrapper can tell the two apart.
+EXIT_IN_USE = 75
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -55,6 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend = args.backend or study.backend
     if args.address and backend != "ray":
         raise UsageError(f"--address applies to the ray backend only (backend is {backend}); add --backend ray")
+    from wdrbo_dist.store import FolderInUse
     from wdrbo_dist.study import run_study
     from wdrbo_dist.tracking import TrackingError
 
@@ -65,13 +69,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     except TrackingError as exc:
         raise UsageError(str(exc)) from None
+    except FolderInUse as exc:
+        print(f"wdrbo-dist run: error: {exc}", file=sys.stderr)
+        return EXIT_IN_USE
     for line in report.lines():
         print(line, flush=True)
     return report.exit_code
 
 
 def status_matrix(study) -> list[str]:
-    """Rows problem x columns algorithm, each cell `done/failed/missing` over the seeds."""
+    """Rows problem x columns algorithm, each cell `done/failed/missing` over the seeds; then
+    one line per damaged run (counted missing: `run` sets its files aside and runs it again)."""
     from wdrbo_dist.store import ResultStore
 
     store = ResultStore(study.output_dir)
@@ -96,6 +104,9 @@ def status_matrix(study) -> list[str]:
         lines.append(row.rstrip())
     totals = [sum(c[i] for c in cells.values()) for i in range(3)]
     lines.append(f"total: {totals[0]} done, {totals[1]} failed, {totals[2]} missing of {len(study.runs)}")
+    labels = {spec.run_key: spec.label for spec in study.runs}
+    for damage in store.damaged(labels):
+        lines.append(f"{damage.line(store.root, labels[damage.run_key])} (counted missing; `run` sets it aside and runs it again)")
     return lines
 
 

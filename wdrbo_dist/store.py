@@ -5,11 +5,24 @@ Layout under a study's output folder:
     <out>/runs/<run_key>.json           its meta: run_key, label, status, spec, summary, ...
     <out>/failed/<run_key>.json         a failed run's meta, `error` holding its traceback
                                         (removed when the run later finishes)
+    <out>/damaged/<time>/...            files found damaged, set aside by the driver (kept)
+    <out>/driver.lock                   held by the one driver at work on this folder
 
-A run is finished exactly when its parquet and json exist. Both are written to a temporary
-name, flushed to disk and renamed, parquet first, so a crash (even of the machine) never
-leaves a half-written result, and a json marker never points at a missing parquet.
-Only the driver writes here: workers return their results to it.
+Both files are written to a temporary name, flushed to disk and renamed, parquet first, so a
+crash (even of the machine) never leaves a half-written result, and a json marker never
+points at a missing parquet. Only the driver writes here: workers return their results to it.
+
+A run is finished exactly when its files read back whole and agree: the json is a JSON
+object with status FINISHED, its run_key and the key its spec hashes to are the file's name
+(the hash is checked for files this version wrote: the version is part of the key), and the
+parquet's footer reads and counts the json's `rows` (the spec's `evaluations` for a meta
+without them). Only the footer is read, not the data (960 runs: about 0.5 s, reading them: 5 s),
+so a file cut short is caught, a flipped bit inside a data page is not. A failure marker is
+whole when it is a JSON object with status FAILED and the right run_key and spec. Files
+that are not whole are `damaged`: the driver reports them, moves them aside with
+`set_aside` (a damaged file may be the only trace of a run, so it is never deleted) and runs
+those runs again. A parquet without its json is what a crash between the two renames leaves:
+not finished, not damaged, overwritten when the run is done again.
 
 The meta JSON (`read_meta`) holds:
     run_key, label, status ("FINISHED" | "FAILED"), spec (every RunSpec field, options as a
@@ -20,15 +33,24 @@ The meta JSON (`read_meta`) holds:
 from __future__ import annotations
 
 import dataclasses
+import errno
+import fcntl
 import json
 import os
+import shlex
+import socket
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from wdrbo_dist import __version__
 from wdrbo_dist.run import RunResult, RunSpec
@@ -113,6 +135,81 @@ def result_meta(result: RunResult) -> dict[str, Any]:
     }
 
 
+FileSignature = tuple[int, int, int] | None  # inode, size, mtime (ns) of a file; None: no file
+
+
+@dataclass(frozen=True)
+class Damage:
+    """A stored file of a run that does not read back whole or disagrees with its partner."""
+
+    run_key: str
+    path: Path  # the file at fault
+    problem: str  # what is wrong with it, in a few words
+    label: str = ""  # the run's label where its meta could be read
+
+    def line(self, root: Path, label: str = "") -> str:
+        """One line for the user: the run, the file (relative to the output folder), the fault."""
+        name = label or self.label or "?"
+        return f"damaged run {name} [{self.run_key}]: {self.path.relative_to(root)}: {self.problem}"
+
+
+def _signature(path: Path) -> FileSignature:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+def _stems(folder: Path) -> set[str]:
+    """The run keys of the json files in `folder` (temporary files start with a dot)."""
+    if not folder.is_dir():
+        return set()
+    return {p.stem for p in folder.glob("*.json") if not p.name.startswith(".")}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:120]}" if text else type(exc).__name__
+
+
+def _read_meta_file(path: Path, run_key: str, status: str) -> tuple[dict[str, Any] | None, str]:
+    """(meta, "") when the json at `path` is whole for `run_key` with `status`; else (None, why).
+
+    The spec's hash is compared with the key only for a file this version wrote (the version
+    is part of the key); an older version's runs have keys no study of this version asks for.
+    """
+    try:
+        meta = json.loads(path.read_bytes())
+    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None, f"not readable JSON ({_first_line(exc)})"
+    if not isinstance(meta, dict):
+        return None, f"not a JSON object but {type(meta).__name__}"
+    if meta.get("status") != status:
+        return None, f"status is {meta.get('status')!r}, expected {status!r}"
+    if meta.get("run_key") != run_key:
+        return None, f"its run_key is {meta.get('run_key')!r}, not the file's name"
+    try:
+        spec = spec_from_dict(meta["spec"])
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return None, f"its spec cannot be read ({_first_line(exc)})"
+    if meta.get("version") == __version__ and spec.run_key != run_key:
+        return None, f"its spec hashes to {spec.run_key}, not the file's name"
+    return meta, ""
+
+
+def _new_folder(base: Path) -> Path:
+    """`base`, or `base-2`, `base-3`, ... : a folder that did not exist, now created."""
+    candidate, n = base, 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            n += 1
+            candidate = base.with_name(f"{base.name}-{n}")
+
+
 class ResultStore:
     """The runs of one study's output folder (see the module docstring for the layout)."""
 
@@ -120,6 +217,7 @@ class ResultStore:
         self.root = Path(output_dir)
         self.runs_dir = self.root / "runs"
         self.failed_dir = self.root / "failed"
+        self._whole: dict[str, tuple[FileSignature, FileSignature]] = {}  # key -> files found whole
 
     # --- paths ---------------------------------------------------------------------------------
     def records_path(self, run_key: str) -> Path:
@@ -153,22 +251,74 @@ class ResultStore:
 
     # --- queries -------------------------------------------------------------------------------
     def finished_keys(self) -> set[str]:
-        """Run keys with both a parquet and a json: the finished runs."""
-        if not self.runs_dir.is_dir():
-            return set()
-        parquet = {p.stem for p in self.runs_dir.glob("*.parquet") if not p.name.startswith(".")}
-        meta = {p.stem for p in self.runs_dir.glob("*.json") if not p.name.startswith(".")}
-        return parquet & meta
+        """Run keys whose files read back whole and agree: the finished runs."""
+        return {key for key in _stems(self.runs_dir) if self._finished_damage(key) is None}
 
     def failed_keys(self) -> set[str]:
         """Run keys whose latest attempt failed (and that have not finished since)."""
-        if not self.failed_dir.is_dir():
-            return set()
-        failed = {p.stem for p in self.failed_dir.glob("*.json") if not p.name.startswith(".")}
-        return failed - self.finished_keys()
+        failed = {key for key in _stems(self.failed_dir) if self._failed_damage(key) is None}
+        return {key for key in failed if not self.is_finished(key)}
 
     def is_finished(self, run_key: str) -> bool:
-        return self.records_path(run_key).is_file() and self.meta_path(run_key).is_file()
+        return self.meta_path(run_key).is_file() and self._finished_damage(run_key) is None
+
+    def damaged(self, keys: Iterable[str] | None = None) -> list[Damage]:
+        """The files of `keys` (default: every run here) that are not whole, runs/ first."""
+        finished, failed = _stems(self.runs_dir), _stems(self.failed_dir)
+        if keys is not None:
+            wanted = set(keys)
+            finished, failed = finished & wanted, failed & wanted
+        found = [self._finished_damage(k) for k in sorted(finished)] + [self._failed_damage(k) for k in sorted(failed)]
+        return [d for d in found if d is not None]
+
+    def set_aside(self, damages: Sequence[Damage]) -> Path | None:
+        """Move damaged files into a new `damaged/<time>/` (runs/ and failed/ inside, as here).
+
+        A damaged finished run moves with its partner file, so that it is simply not there and
+        runs again. Returns the folder, or None when there was nothing to move.
+        """
+        if not damages:
+            return None
+        folder = _new_folder(self.root / "damaged" / time.strftime("%Y%m%d-%H%M%S"))
+        for damage in damages:
+            pair = damage.path.parent == self.runs_dir
+            paths = [self.meta_path(damage.run_key), self.records_path(damage.run_key)] if pair else [damage.path]
+            for path in paths:
+                if path.exists():
+                    target = folder / path.parent.name / path.name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(path, target)
+        for changed in (self.runs_dir, self.failed_dir, *folder.iterdir(), folder, folder.parent):
+            _fsync_dir(changed)
+        return folder
+
+    def _finished_damage(self, run_key: str) -> Damage | None:
+        """What is wrong with a run's runs/ files, if anything (remembered while they are unchanged)."""
+        meta_path, records_path = self.meta_path(run_key), self.records_path(run_key)
+        signature = (_signature(meta_path), _signature(records_path))
+        if self._whole.get(run_key) == signature:
+            return None
+        meta, problem = _read_meta_file(meta_path, run_key, "FINISHED")
+        if meta is None:
+            return Damage(run_key, meta_path, problem)
+        label = str(meta.get("label", ""))
+        if signature[1] is None:
+            return Damage(run_key, meta_path, "its parquet is missing", label)
+        try:
+            rows = pq.read_metadata(records_path).num_rows
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            return Damage(run_key, records_path, f"not a readable parquet file ({_first_line(exc)})", label)
+        expected = meta["rows"] if "rows" in meta else meta["spec"].get("evaluations")
+        if rows != expected:
+            return Damage(run_key, records_path, f"has {rows} rows, its json says {expected}", label)
+        self._whole[run_key] = signature
+        return None
+
+    def _failed_damage(self, run_key: str) -> Damage | None:
+        """What is wrong with a run's failure marker, if anything."""
+        path = self.failed_path(run_key)
+        meta, problem = _read_meta_file(path, run_key, "FAILED")
+        return None if meta is not None else Damage(run_key, path, problem)
 
     def read_records(self, run_key: str) -> pd.DataFrame:
         """The per-step records of a finished run."""
@@ -197,3 +347,72 @@ class ResultStore:
             host=meta.get("host", ""),
             pid=int(meta.get("pid", 0)),
         )
+
+
+# --- one driver per output folder -------------------------------------------------------------
+
+LOCK_NAME = "driver.lock"
+
+
+class FolderInUse(RuntimeError):
+    """Another driver is at work on the output folder; the message names it, in one line."""
+
+
+@contextmanager
+def driver_lock(output_dir: str | os.PathLike[str], command: str | None = None) -> Iterator[Path | None]:
+    """Hold `<output_dir>/driver.lock` for the body, or raise `FolderInUse` naming the holder.
+
+    A second driver on the same folder would re-run what the first has in flight and mark
+    the first's MLflow runs KILLED. The hold is an flock on the open file: the OS drops it
+    when the process ends, however it ends (SIGKILL, out of memory), so a crashed driver leaves
+    nothing stuck. The file only says who holds it (host, pid, start, command), for the
+    message; it is never deleted, as a second process may be about to lock it. The descriptor
+    is close-on-exec, so the spawned pool and Ray processes never hold it. Yields the lock
+    file, or None where the file system cannot lock (the caller warns: no protection there).
+    """
+    path = Path(output_dir) / LOCK_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        locked = _lock(fd, path)
+        if locked:
+            holder = {"host": socket.gethostname(), "pid": os.getpid(),
+                      "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                      "command": command if command is not None else shlex.join(sys.argv)}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+        try:
+            yield path if locked else None
+        finally:
+            if locked:
+                os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _lock(fd: int, path: Path) -> bool:
+    """Take the flock without waiting: True, False where the file system has no locks, or
+    `FolderInUse` while another process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise FolderInUse(f"{path.parent} is in use by another driver ({_holder(path)}); "
+                              "wait for it to end or stop it, then run again") from None
+        return False
+    return True
+
+
+def _holder(path: Path, wait_s: float = 1.0) -> str:
+    """The lock holder's details as one phrase (it writes them right after it locks)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            holder = json.loads(path.read_text())
+            text = (f"pid {holder['pid']} on host {holder['host']}, started {holder['started']}, "
+                    f"command: {holder['command']}")
+            return " ".join(text.split())
+        except (OSError, ValueError, KeyError, TypeError):
+            if time.monotonic() > deadline:
+                return f"a process that has not written its details to {path}"
+            time.sleep(0.05)

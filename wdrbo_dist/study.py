@@ -1,9 +1,14 @@
-"""The study driver: validate -> plan -> skip finished -> map -> store -> track -> summary.
+"""The study driver: validate -> lock -> set damaged aside -> plan -> map -> store -> track -> summary.
 
 Only the driver decides what is finished: a result becomes finished when the store has made
 its parquet durable, and only then does the tracker mark its MLflow run FINISHED. A driver
 that dies leaves every finished run on disk; the same command then runs only what is missing
 (and first logs to MLflow any finished run it had not yet logged).
+
+One driver per output folder: a second one (another terminal, a resubmitted job) stops with
+`FolderInUse` before it touches anything, since it would run the first one's runs again and
+mark its MLflow runs KILLED. A run whose files do not read back whole is named on `echo`,
+moved to `<output_dir>/damaged/<time>/` and run again (see the store's docstring).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from wdrbo_dist.backends import map_tasks
 from wdrbo_dist.backends.task import Outcome, Task
 from wdrbo_dist.config import StudySpec
 from wdrbo_dist.run import RunResult, RunSpec
-from wdrbo_dist.store import ResultStore, write_json_atomic
+from wdrbo_dist.store import ResultStore, driver_lock, write_json_atomic
 from wdrbo_dist.tracking import StudyTracker, check_tracking_uri
 
 Echo = Callable[[str], None]
@@ -182,15 +187,41 @@ def run_study(
     progress: bool = True,
     echo: Echo = _stderr,
 ) -> StudyReport:
-    """Run what is missing of `study`; see the module docstring for the guarantees."""
-    backend = backend or study.backend
-    workers = workers or study.workers
-    started = time.monotonic()
-    tracker = None
+    """Run what is missing of `study`; see the module docstring for the guarantees.
+
+    Raises `FolderInUse` (before any work) while another driver holds the output folder.
+    """
     if study.tracking_enabled:
         check_tracking_uri(study.tracking_uri)  # before any run: fail fast
-        tracker = StudyTracker(study.tracking_uri, study.name)
+    with driver_lock(study.output_dir) as lock:
+        if lock is None:
+            echo(f"warning: {study.output_dir} cannot be locked (no file locks here): "
+                 "nothing stops a second driver on it")
+        return _run_locked(study, backend or study.backend, workers or study.workers, address,
+                           force, rerun_failed, progress, echo)
+
+
+def _set_aside_damaged(study: StudySpec, store: ResultStore, echo: Echo) -> int:
+    """Move the study's damaged files aside, one line each on `echo`; returns how many runs.
+
+    Only this study's runs: other files in the folder (another version's keys) are not ours.
+    """
+    damages = store.damaged(r.run_key for r in study.runs)
+    folder = store.set_aside(damages)
+    labels = {r.run_key: r.label for r in study.runs}
+    for damage in damages:
+        echo(f"{damage.line(store.root, labels.get(damage.run_key, ''))}; moved to {folder}, it runs again")
+    return len(damages)
+
+
+def _run_locked(
+    study: StudySpec, backend: str, workers: int, address: str | None, force: bool, rerun_failed: bool,
+    progress: bool, echo: Echo,
+) -> StudyReport:
+    started = time.monotonic()
     store = ResultStore(study.output_dir)
+    _set_aside_damaged(study, store, echo)
+    tracker = StudyTracker(study.tracking_uri, study.name) if study.tracking_enabled else None
     plan = plan_study(study, store, force=force, rerun_failed=rerun_failed)
     report = StudyReport(study=study, plan=plan)
     _write_study_file(study)

@@ -12,6 +12,7 @@ from analysis_fakes import fill_store, make_study
 from wdrbo_dist.analysis.load import Metric, load_study
 from wdrbo_dist.analysis.report import summarize
 from wdrbo_dist.analysis.tables import MAIN_TITLE, build_tables, markdown_report
+from wdrbo_dist.store import write_parquet_atomic
 
 BASE = {"wdrbo": 0.1, "erbo": 0.2, "gp-ucb": 0.3}
 SEEDS = [100, 101, 102, 103]
@@ -164,9 +165,14 @@ def test_unreadable_and_empty_stores(tmp_path):
     assert nothing.display["paper"][MAIN_TITLE].loc["Ackley"].tolist() == ["MISSING (2/2)", "MISSING (2/2)"]
     assert nothing.wilcoxon["n_pairs"].tolist() == [0]
     store = fill_store(study, lambda s: np.full(EVALS, 0.1))
-    damaged = study.runs[0]
-    store.records_path(damaged.run_key).write_bytes(b"not a parquet file")
+    cut, columnless = study.runs[0], study.runs[1]
+    # Not finished for the store (`wdrbo-dist run` sets it aside and runs it again): missing.
+    store.records_path(cut.run_key).write_bytes(b"not a parquet file")
+    # Whole for the store's cheap check (the footer reads, the rows agree) but not for the analysis.
+    write_parquet_atomic(pd.DataFrame({"step": np.arange(1, EVALS + 1)}), store.records_path(columnless.run_key))
     data = load_study([study])
-    row = data.runs.set_index("label").loc[damaged.label]
-    assert row["status"] == "failed" and row["error"].startswith("unreadable result:")
-    assert data.counts()["failed"] == 1
+    rows = data.runs.set_index("label")
+    assert rows.loc[cut.label, "status"] == "missing"
+    assert rows.loc[columnless.label, "status"] == "failed"
+    assert rows.loc[columnless.label, "error"].startswith("unreadable result:")
+    assert data.counts()["failed"] == 1 and data.counts()["missing"] == 1
