@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -166,3 +168,24 @@ def test_pool_processes_start_with_single_thread_openmp_and_blas(monkeypatch) ->
             torch_threads, pools = pool.submit(_thread_pools, 0).result()
     assert torch_threads == 1 and pools and all(threads == 1 for _, threads in pools)
     assert all(name not in os.environ for name in THREAD_VARIABLES)  # the driver's own env is restored
+
+
+def test_ray_without_an_address_starts_its_own_ray_whatever_a_ray_start_recorded(tmp_path: Path) -> None:
+    """A `ray start` records its head in Ray's temp folder; `--backend ray` without `--address`
+    must not attach to it. Here the recorded head is dead (as after a crash): ray.init used to
+    try it and fail with "num_cpus and num_gpus must not be provided"."""
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # short: Ray's socket paths are limited
+    (ray_tmp / "ray").mkdir()
+    (ray_tmp / "ray" / "ray_current_cluster").write_text("127.0.0.1:9\n")  # nothing listens there
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_TMPDIR": str(ray_tmp)}
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(tiny_study(tmp_path / "out", backend="ray", workers=1, seeds=[3],
+                                                problems=["three-hump-camel"],
+                                                algorithms=[{"name": "gp-ucb", "options": FAST}])))
+    try:
+        done = subprocess.run([CLI, "run", str(config), "--quiet"], env=env, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(ResultStore(tmp_path / "out").finished_keys()) == 1

@@ -39,7 +39,9 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     _prepare_environment()
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     if address is None and not os.environ.get("RAY_ADDRESS"):
-        kwargs.update(num_cpus=num_cpus, include_dashboard=False)
+        # "local": a Ray of our own, never the cluster a `ray start` recorded in Ray's temp
+        # folder (a dead one made ray.init fail, a live one would take our runs).
+        kwargs.update(address="local", num_cpus=num_cpus, include_dashboard=False)
     elif address is not None:
         kwargs["address"] = address  # else: RAY_ADDRESS names the cluster (e.g. inside a Ray job)
     ray.init(**kwargs)
