@@ -108,6 +108,8 @@ class PublishedRun:
 
     def run(self, code: PublishedCode, cache: Path) -> int:
         """Run it unmodified with cwd = `cache` (main.py writes ./Result there); returns the exit code."""
+        for partial in self.files(cache).values():  # a run killed while pickling: main.py would skip it
+            partial.unlink()
         logs = cache / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         log = logs / f"{self.prefix()}{self.init_size}.log"
