@@ -45,7 +45,7 @@ from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
 from wdrbo_dist.analysis.statistics import holm, mean_se, significant_digits_format  # noqa: E402
 from wdrbo_dist.backends import map_tasks  # noqa: E402
 from wdrbo_dist.backends.task import Task  # noqa: E402
-from wdrbo_dist.problems import make_problem  # noqa: E402
+from wdrbo_dist.problems import PROBLEMS, make_problem  # noqa: E402
 from wdrbo_dist.run import RunSpec  # noqa: E402
 
 FIRST_SEED = 200
@@ -168,14 +168,16 @@ def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[s
 
 
 def parse_cells(values: list[str] | None) -> list[tuple[str, str]]:
+    """ALGORITHM:PROBLEM pairs; ValueError names the bad one and the allowed names."""
     if not values:
         return TARGET_CELLS
     cells = []
     for value in values:
         algorithm, _, problem = value.partition(":")
-        if algorithm not in ALGORITHMS or not problem:
-            raise SystemExit(f"--cells: {value!r} is not ALGORITHM:PROBLEM; algorithms: {', '.join(ALGORITHMS)}")
-        make_problem(problem)  # raises with the allowed names
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"--cells: {value!r}: algorithm must be one of {', '.join(ALGORITHMS)}")
+        if problem not in PROBLEMS:
+            raise ValueError(f"--cells: {value!r}: problem must be one of {', '.join(PROBLEMS)}")
         cells.append((algorithm, problem))
     return cells
 
@@ -192,12 +194,16 @@ def main() -> None:
     parser.add_argument("--only", choices=["ours", "published"], help="run one code's side only")
     args = parser.parse_args()
 
-    cells = parse_cells(args.cells)
+    try:
+        cells = parse_cells(args.cells)
+        code = None if args.table_only else PublishedCode.at(args.published, args.published_python)
+    except ValueError as error:
+        parser.error(str(error))  # one line, exit 2, before any work
     seeds = list(range(FIRST_SEED, FIRST_SEED + args.seeds))
     cache = Path(args.cache)
     (cache / "published").mkdir(parents=True, exist_ok=True)
     if not args.table_only:
-        code = PublishedCode.at(args.published, args.published_python)
+        assert code is not None
         if args.only != "published":
             run_ours(cells, seeds, cache, args.workers)
         if args.only != "ours":

@@ -160,7 +160,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=FIRST_SEED)
     parser.add_argument("--steps", type=int, nargs="+", default=[5, 10, 20, 40, 70, 99])
     parser.add_argument("--repeats", type=int, default=8, help="optimiser runs per step and code")
-    replay(parser.parse_args())
+    args = parser.parse_args()
+    try:
+        PublishedCode.at(args.published, args.published_python)
+    except ValueError as error:
+        parser.error(str(error))  # one line, exit 2, before any work
+    replay(args)
 
 
 if __name__ == "__main__":

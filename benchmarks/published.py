@@ -58,9 +58,9 @@ class PublishedCode:
         root = Path(folder).resolve()
         interpreter = Path(python) if python else root / "venv" / "bin" / "python"
         if not (root / "main.py").is_file():
-            raise SystemExit(f"--published: no main.py in {root}")
+            raise ValueError(f"--published: no main.py in {root}")
         if not interpreter.is_file():
-            raise SystemExit(f"--published-python: {interpreter} does not exist")
+            raise ValueError(f"--published-python: {interpreter} does not exist")
         return PublishedCode(root, interpreter)
 
 
