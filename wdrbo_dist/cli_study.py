@@ -58,6 +58,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend = args.backend or study.backend
     if args.address and backend != "ray":
         raise UsageError(f"--address applies to the ray backend only (backend is {backend}); add --backend ray")
+    from wdrbo_dist.backends.ray_backend import ClusterUnreachable
     from wdrbo_dist.store import FolderInUse
     from wdrbo_dist.study import run_study
     from wdrbo_dist.tracking import TrackingError
@@ -67,7 +68,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             study, backend=backend, workers=args.workers, address=args.address,
             force=args.force, rerun_failed=args.rerun_failed, progress=not args.quiet,
         )
-    except TrackingError as exc:
+    except (TrackingError, ClusterUnreachable) as exc:
         raise UsageError(str(exc)) from None
     except FolderInUse as exc:
         print(f"wdrbo-dist run: error: {exc}", file=sys.stderr)

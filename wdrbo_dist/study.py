@@ -9,6 +9,11 @@ One driver per output folder: a second one (another terminal, a resubmitted job)
 `FolderInUse` before it touches anything, since it would run the first one's runs again and
 mark its MLflow runs KILLED. A run whose files do not read back whole is named on `echo`,
 moved to `<output_dir>/damaged/<time>/` and run again (see the store's docstring).
+
+Only an error of the run itself is FAILED. A run the infrastructure lost (the backend gave up
+after its resubmissions) and the runs of a cluster that is gone stay not done: the command
+ends with `EXIT_UNAVAILABLE` and the same command finishes them. A tracking server that stops
+answering is left alone for the rest of the command; the next start logs what it missed.
 """
 
 from __future__ import annotations
@@ -19,13 +24,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from wdrbo_dist.backends import map_tasks
-from wdrbo_dist.backends.task import Outcome, Task
+from wdrbo_dist.backends.task import ClusterGone, Outcome, Task
 from wdrbo_dist.config import StudySpec
 from wdrbo_dist.run import RunResult, RunSpec
 from wdrbo_dist.store import ResultStore, driver_lock, write_json_atomic
 from wdrbo_dist.tracking import StudyTracker, check_tracking_uri
 
 Echo = Callable[[str], None]
+# Runs lost to the infrastructure or a cluster that is gone: nothing wrong with the study, run the
+# same command again when the cluster is back (sysexits.h's EX_UNAVAILABLE).
+EXIT_UNAVAILABLE = 69
 
 
 def _stderr(line: str) -> None:
@@ -88,7 +96,7 @@ class Progress:
     def __init__(self, tasks: Sequence[Task], enabled: bool, echo: Echo) -> None:
         self.total = len(tasks)
         self.total_cost = sum(t.expected_cost for t in tasks) or 1.0
-        self.done = self.failed = 0
+        self.done = self.failed = self.lost = 0
         self.cost_done = 0.0
         self.start = time.monotonic()
         self.echo = echo
@@ -103,11 +111,12 @@ class Progress:
 
     def _postfix(self) -> None:
         if self.bar is not None:
-            self.bar.set_postfix_str(f"done {self.done} failed {self.failed} remaining {self.remaining}")
+            lost = f" lost {self.lost}" if self.lost else ""
+            self.bar.set_postfix_str(f"done {self.done} failed {self.failed}{lost} remaining {self.remaining}")
 
     @property
     def remaining(self) -> int:
-        return self.total - self.done - self.failed
+        return self.total - self.done - self.failed - self.lost
 
     def eta_s(self) -> float:
         elapsed = time.monotonic() - self.start
@@ -116,7 +125,9 @@ class Progress:
         return elapsed * (self.total_cost - self.cost_done) / self.cost_done
 
     def update(self, outcome: Outcome) -> None:
-        if outcome.result.ok:
+        if outcome.lost:
+            self.lost += 1
+        elif outcome.result.ok:
             self.done += 1
         else:
             self.failed += 1
@@ -127,8 +138,9 @@ class Progress:
         elif self.lines:
             eta = self.eta_s()
             eta_text = "?" if eta != eta else f"{eta:.0f} s"
+            status = "lost" if outcome.lost else outcome.result.status.lower()
             self.echo(
-                f"[{self.done + self.failed}/{self.total}] {outcome.result.status.lower()} "
+                f"[{self.total - self.remaining}/{self.total}] {status} "
                 f"{outcome.task.spec.label} in {outcome.result.wall_time_s:.1f} s "
                 f"(done {self.done}, failed {self.failed}, remaining {self.remaining}, ETA {eta_text})"
             )
@@ -146,6 +158,8 @@ class StudyReport:
     plan: Plan
     finished: list[RunResult] = field(default_factory=list)
     failed: list[RunResult] = field(default_factory=list)
+    lost: list[Outcome] = field(default_factory=list)  # given up by the backend, not done
+    cluster_gone: str | None = None  # why the backend stopped, when the cluster is gone
     interrupted: bool = False
     wall_time_s: float = 0.0
     tracking_warnings: list[str] = field(default_factory=list)
@@ -154,18 +168,31 @@ class StudyReport:
     def exit_code(self) -> int:
         if self.interrupted:
             return 130
+        if self.cluster_gone or self.lost:
+            return EXIT_UNAVAILABLE
         return 1 if self.failed or self.plan.failed else 0
+
+    @property
+    def not_done(self) -> int:
+        """Runs of this command's plan that neither finished nor failed."""
+        return len(self.plan.todo) - len(self.finished) - len(self.failed)
 
     def lines(self) -> list[str]:
         p = self.plan
         out = [
             f"study {self.study.name}: {len(p.runs)} runs; this command: {len(self.finished)} finished, "
-            f"{len(self.failed)} failed, {len(p.finished)} skipped (already finished), "
+            f"{len(self.failed)} failed, {f'{len(self.lost)} lost, ' if self.lost else ''}"
+            f"{len(p.finished)} skipped (already finished), "
             f"{len(p.failed)} skipped (failed before) in {self.wall_time_s:.1f} s",
         ]
-        if self.interrupted:
-            missing = len(p.todo) - len(self.finished) - len(self.failed)
-            out.append(f"interrupted: {missing} runs not done; run the same command again to finish them")
+        if self.cluster_gone:
+            out.append(f"cluster gone: {self.cluster_gone}; {self.not_done} runs not done, every finished run "
+                       f"is in the store; run the same command again when the cluster is back (exit {EXIT_UNAVAILABLE})")
+        elif self.interrupted:
+            out.append(f"interrupted: {self.not_done} runs not done; run the same command again to finish them")
+        for outcome in self.lost:
+            out.append(f"LOST {outcome.task.spec.label} [{outcome.task.spec.run_key}] after {outcome.attempts} "
+                       f"attempts: {outcome.lost[:200]} (not FAILED: the same command runs it again)")
         for result in self.failed:
             last = (result.error or "").strip().splitlines()[-1:] or ["(no traceback)"]
             out.append(f"FAILED {result.spec.label} [{result.spec.run_key}]: {last[0][:200]}")
@@ -189,10 +216,16 @@ def run_study(
 ) -> StudyReport:
     """Run what is missing of `study`; see the module docstring for the guarantees.
 
-    Raises `FolderInUse` (before any work) while another driver holds the output folder.
+    Raises `FolderInUse` (before any work) while another driver holds the output folder,
+    `TrackingError` or `ClusterUnreachable` (before any work) for a store or an address that
+    does not answer.
     """
     if study.tracking_enabled:
         check_tracking_uri(study.tracking_uri)  # before any run: fail fast
+    if (backend or study.backend) == "ray":
+        from wdrbo_dist.backends.ray_backend import check_address
+
+        check_address(address)
     with driver_lock(study.output_dir) as lock:
         if lock is None:
             echo(f"warning: {study.output_dir} cannot be locked (no file locks here): "
@@ -227,9 +260,10 @@ def _run_locked(
     _write_study_file(study)
     if tracker is not None:
         tracker.start(study, _config_text(study), {"backend": backend, "workers": workers})
-        logged, killed = tracker.reconcile(store, [r.run_key for r in plan.runs])
+        # A run about to run again (set aside as damaged, or --force) keeps no FINISHED child.
+        logged, killed = tracker.reconcile(store, [r.run_key for r in plan.runs], rerun=[r.run_key for r in plan.todo])
         if logged or killed:
-            echo(f"mlflow: logged {logged} finished runs from the store, marked {killed} orphan runs KILLED")
+            echo(f"mlflow: logged {logged} finished runs from the store, marked {killed} orphan or superseded runs KILLED")
 
     tasks = make_tasks(study, plan.todo, tracker)
     echo(
@@ -244,19 +278,23 @@ def _run_locked(
             bar.update(outcome)
     except KeyboardInterrupt:
         report.interrupted = True
+    except ClusterGone as exc:
+        report.cluster_gone = str(exc)
     finally:
         close = getattr(outcomes, "close", None)
         if close is not None:
             close()  # cancels what is still running
         bar.close()
     report.wall_time_s = time.monotonic() - started
-    if tracker is not None:
+    if tracker is not None and not tracker.unreachable:
         try:
             tracker.reconcile(store, [r.run_key for r in plan.runs])
-            status = "KILLED" if report.interrupted else ("FAILED" if report.exit_code else "FINISHED")
+            status = "KILLED" if report.interrupted or report.cluster_gone else (
+                "FAILED" if report.exit_code else "FINISHED")
             tracker.end(status, {
                 "runs_finished_total": float(len(store.finished_keys() & {r.run_key for r in plan.runs})),
                 "runs_failed_now": float(len(report.failed)),
+                "runs_lost_now": float(len(report.lost)),
                 "study_wall_time_s": report.wall_time_s,
             })
         except Exception as exc:  # noqa: BLE001 - the store holds everything; next run catches up
@@ -265,11 +303,17 @@ def _run_locked(
 
 
 def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, report: StudyReport) -> None:
-    """Store first (durable), then tell the tracker; a tracker failure never loses a result."""
+    """Store first (durable), then tell the tracker; a tracker failure never loses a result.
+
+    A lost outcome is not stored: its result is a placeholder, and the run is still to do.
+    """
+    if outcome.lost:
+        report.lost.append(outcome)
+        return
     result = outcome.result
     store.save(result)
     (report.finished if result.ok else report.failed).append(result)
-    if tracker is None:
+    if tracker is None or tracker.unreachable:
         return
     if outcome.tracking_error:
         report.tracking_warnings.append(f"{result.spec.label}: worker could not log to mlflow; the driver did")
@@ -277,7 +321,11 @@ def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, 
         records_file = store.records_path(result.spec.run_key) if result.ok else None
         tracker.record(result, outcome.child_run_id, records_file)
     except Exception as exc:  # noqa: BLE001 - logged at the next start by reconcile()
-        report.tracking_warnings.append(f"{result.spec.label}: mlflow: {type(exc).__name__}: {exc}")
+        tracker.unreachable = True  # each further call would wait out MLflow's retries again
+        report.tracking_warnings.append(
+            f"mlflow stopped answering at {result.spec.label} ({type(exc).__name__}); the store holds "
+            "every result and the next `run` of this config logs what MLflow missed"
+        )
 
 
 def _config_text(study: StudySpec) -> str:

@@ -62,6 +62,22 @@ def tracking_mode(uri: str) -> str:
     return "worker" if uri.startswith(("http://", "https://")) else "driver"
 
 
+# MLflow retries a failed HTTP call 7 times over about 4 minutes by default (rate limits of
+# hosted servers). A study's own server that stopped answering would then cost minutes per run;
+# the store holds every result anyway, so a few seconds of retries is enough. A user's own
+# setting of these variables wins.
+HTTP_RETRY_SETTINGS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+
+
+def bound_http_retries() -> None:
+    for name, value in HTTP_RETRY_SETTINGS.items():
+        os.environ.setdefault(name, value)
+
+
 def _client(uri: str) -> "MlflowClient":
     from mlflow.tracking import MlflowClient
 
@@ -228,6 +244,7 @@ class WorkerTracking:
     parent_run_id: str
 
     def log(self, result: RunResult) -> str:
+        bound_http_retries()
         return log_child_run(_client(self.uri), self.experiment_id, self.parent_run_id, result)
 
 
@@ -238,6 +255,8 @@ class StudyTracker:
     """The driver's MLflow view of one study: experiment, parent run, child runs."""
 
     def __init__(self, uri: str, study_name: str) -> None:
+        bound_http_retries()
+        self.unreachable = False  # set by the driver when the server stopped answering mid-study
         self.uri = uri
         self.study_name = study_name
         self.mode = tracking_mode(uri)
@@ -332,18 +351,22 @@ class StudyTracker:
         finish_child_run(self.client, child_run_id, result)
         return child_run_id
 
-    def reconcile(self, store: "ResultStore", keys: Iterable[str]) -> tuple[int, int]:
+    def reconcile(self, store: "ResultStore", keys: Iterable[str], rerun: Iterable[str] = ()) -> tuple[int, int]:
         """Log every finished run of the store that MLflow lacks; mark orphans KILLED.
 
+        Orphans are RUNNING children (an attempt the infrastructure lost) and the FINISHED
+        children of the `rerun` keys (runs about to run again: their results were set aside or
+        are overwritten), so that the attempt that completes a run is its one FINISHED child.
         Run only when no run of the study is in flight. Returns (logged, killed).
         """
         index = self.child_runs()
         logged = killed = 0
-        finished = store.finished_keys()
+        rerun = set(rerun)
+        finished = store.finished_keys() - rerun
         for key in keys:
             runs = index.get(key, [])
             for run_id, status in runs:
-                if status == RUNNING:
+                if status == RUNNING or (status == FINISHED and key in rerun):
                     self.client.set_terminated(run_id, status=KILLED)
                     killed += 1
             if key in finished and not any(status == FINISHED for _, status in runs):

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,10 +82,10 @@ def _node_ports() -> list[str]:
     return ports
 
 
-@pytest.fixture(scope="session")
-def ray_cluster(_mlflow_process):
-    """A Ray head (Jobs API on: the dashboard) and a second node, 1 CPU each."""
-    root = Path(tempfile.mkdtemp(prefix="wdr", dir="/tmp"))  # short: Ray's socket paths have a length limit
+@contextmanager
+def started_ray_cluster(prefix: str = "wdr") -> Iterator[RayCluster]:
+    """A Ray head (Jobs API on: the dashboard) and a second node, 1 CPU each, stopped on exit."""
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: Ray's socket paths have a length limit
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(
         RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0",
@@ -120,6 +122,13 @@ def ray_cluster(_mlflow_process):
         for process in reversed(cluster.processes):
             stop(process)
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(_mlflow_process):
+    """The session's cluster, shared by the tests that leave it whole."""
+    with started_ray_cluster() as cluster:
+        yield cluster
 
 
 @dataclass

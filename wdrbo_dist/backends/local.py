@@ -3,11 +3,14 @@
 Processes are spawned (not forked): forking a driver that already holds torch's thread pools
 is unsafe. Pool processes ignore SIGINT, so Ctrl-C reaches only the driver, which cancels the
 queue and terminates the pool. A pool process that dies (killed, out of memory) breaks the
-pool; the pool is rebuilt and the runs that were in flight are retried up to `max_attempts`.
+pool: the pool is rebuilt and the runs that were in flight are submitted again after a
+back-off (`RESUBMIT_DELAYS_S`); a run whose process keeps dying is given up as lost for this
+command, not FAILED, as on Ray.
 """
 
 from __future__ import annotations
 
+import heapq
 import multiprocessing
 import os
 import signal
@@ -18,11 +21,10 @@ from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from wdrbo_dist.backends.task import Outcome, Task, execute, failed_outcome, stamped
+from wdrbo_dist.backends.task import (
+    RESUBMIT_DELAYS_S, Outcome, Task, execute, failed_outcome, lost_outcome, stamped,
+)
 from wdrbo_dist.threads import THREAD_VARIABLES
-
-MAX_ATTEMPTS = 3
-
 
 def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -64,30 +66,37 @@ def _thread_environment(threads: int) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def map_local(tasks: Sequence[Task], workers: int, max_attempts: int = MAX_ATTEMPTS) -> Iterator[Outcome]:
+def map_local(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
     threads = max((task.threads for task in tasks), default=1)
     with _thread_environment(threads):
-        yield from _map_local(tasks, workers, max_attempts)
+        yield from _map_local(tasks, workers)
 
 
-def _map_local(tasks: Sequence[Task], workers: int, max_attempts: int) -> Iterator[Outcome]:
+def _map_local(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
     queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
+    waiting: list[tuple[float, int, Task, int]] = []  # (due, order, task, attempt): back-off heap
     pool = _new_pool(workers)
     running: dict[Future, tuple[Task, int, float]] = {}
     completed = False
     try:
-        while queue or running:
+        while queue or running or waiting:
+            while waiting and waiting[0][0] <= time.monotonic():
+                _, _, task, attempt = heapq.heappop(waiting)
+                queue.appendleft((task, attempt))
             while queue and len(running) < workers:
                 task, attempt = queue.popleft()
                 running[pool.submit(execute, task)] = (task, attempt, time.monotonic())
+            if not running:
+                time.sleep(max(0.0, waiting[0][0] - time.monotonic()))
+                continue
             done, _ = wait(running, return_when=FIRST_COMPLETED)
-            broken: list[tuple[Task, int]] = []
+            broken: list[tuple[Task, int, float]] = []
             for future in done:
                 task, attempt, submitted = running.pop(future)
                 try:
                     outcome = future.result()
                 except BrokenProcessPool:
-                    broken.append((task, attempt))
+                    broken.append((task, attempt, submitted))
                     continue
                 except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
                     yield stamped(failed_outcome(task, f"{type(exc).__name__}: {exc}", attempt), submitted)
@@ -95,18 +104,18 @@ def _map_local(tasks: Sequence[Task], workers: int, max_attempts: int) -> Iterat
                 outcome.attempts = attempt
                 yield stamped(outcome, submitted)
             if broken:
-                # Every run in flight is lost with a broken pool: retry them in a new one.
-                broken += [(task, attempt) for task, attempt, _ in running.values()]
+                # Every run in flight is lost with a broken pool: submit them again in a new one.
+                broken += list(running.values())
                 running.clear()
                 _terminate(pool)
                 pool = _new_pool(workers)
-                for task, attempt in reversed(broken):
-                    if attempt >= max_attempts:
-                        yield failed_outcome(
-                            task, f"the worker process died {attempt} times (killed or out of memory)", attempt
-                        )
+                for task, attempt, submitted in broken:
+                    if attempt > len(RESUBMIT_DELAYS_S):
+                        reason = f"its worker process died {attempt} times (killed or out of memory)"
+                        yield stamped(lost_outcome(task, reason, attempt), submitted)
                     else:
-                        queue.appendleft((task, attempt + 1))
+                        due = time.monotonic() + RESUBMIT_DELAYS_S[attempt - 1]
+                        heapq.heappush(waiting, (due, id(task), task, attempt + 1))
         completed = True
     finally:
         if completed:

@@ -26,13 +26,19 @@ class Task:
 
 @dataclass
 class Outcome:
-    """A run's result, and the MLflow child run a worker opened for it (if any)."""
+    """A run's result, and the MLflow child run a worker opened for it (if any).
+
+    `lost` is set when the infrastructure, not the run, kept it from finishing (a process or
+    node that kept dying): the run is not done, and `result` is only a placeholder that must
+    never be stored.
+    """
 
     task: Task
     result: RunResult
     child_run_id: str | None = None
     tracking_error: str | None = None
     attempts: int = 1
+    lost: str | None = None
     submitted_at: float = 0.0  # driver's monotonic clock: handed to the backend
     received_at: float = 0.0  # driver's monotonic clock: back in the driver
 
@@ -71,9 +77,26 @@ def execute(task: Task) -> Outcome:
     return outcome
 
 
+class ClusterGone(RuntimeError):
+    """The cluster the driver runs on is gone (its head or the driver's own node died): no run
+    can be started or collected. Finished runs are in the store; the next `run` does the rest."""
+
+
+# Resubmissions of a run lost to the infrastructure: the delay before each, in seconds. After
+# the last one the run is given up as lost for this command (not FAILED: the next `run` tries it).
+RESUBMIT_DELAYS_S = (1.0, 4.0, 16.0)
+
+
 def failed_outcome(task: Task, error: str, attempts: int = 1) -> Outcome:
-    """An outcome for a task whose process could not deliver a result (e.g. it kept dying)."""
+    """An outcome for a task that reached a worker and failed there outside the run itself
+    (its result could not be sent back): recorded FAILED like an error of the run."""
     return Outcome(task=task, result=RunResult(spec=task.spec, status="FAILED", error=error), attempts=attempts)
+
+
+def lost_outcome(task: Task, reason: str, attempts: int) -> Outcome:
+    """An outcome for a task the infrastructure lost `attempts` times: not done, not FAILED."""
+    return Outcome(task=task, result=RunResult(spec=task.spec, status="FAILED", error=reason),
+                   attempts=attempts, lost=reason)
 
 
 def stamped(outcome: Outcome, submitted_at: float) -> Outcome:
