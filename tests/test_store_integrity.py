@@ -218,3 +218,25 @@ def test_status_counts_a_damaged_run_missing_and_moves_nothing(tmp_path: Path, c
                        f"(JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)) "
                        "(counted missing; `run` sets it aside and runs it again)")
     assert store.meta_path(run.run_key).read_text() == "{" and not (tmp_path / "out" / "damaged").exists()
+
+
+def test_a_damaged_run_run_again_has_one_finished_mlflow_child(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "rerun", "problems": ["newsvendor"], "algorithms": [{"name": "gp-ucb", "options": FAST}],
+        "seeds": [1, 2], "evaluations": 6, "init_size": 5, "backend": "serial",
+        "tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "output_dir": str(tmp_path / "out"),
+    }))
+    assert main(["run", str(config), "--quiet"]) == 0
+    study = load_study_config(config)
+    damaged, whole = study.runs
+    cut_in_half(ResultStore(study.output_dir).records_path(damaged.run_key))
+    assert main(["run", str(config), "--quiet"]) == 0
+    assert "marked 1 orphan or superseded runs KILLED" in capsys.readouterr().err
+    client = MlflowClient(study.tracking_uri)
+    experiment = client.get_experiment_by_name("rerun")
+    statuses: dict[str, list[str]] = {}
+    for run in client.search_runs([experiment.experiment_id], "tags.role = 'run'"):
+        statuses.setdefault(run.data.tags["run_key"], []).append(run.info.status)
+    assert sorted(statuses[damaged.run_key]) == ["FINISHED", "KILLED"]  # the set-aside result's child
+    assert statuses[whole.run_key] == ["FINISHED"]

@@ -75,6 +75,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_IN_USE
     for line in report.lines():
         print(line, flush=True)
+    if report.cluster_gone:
+        from wdrbo_dist.backends.ray_backend import exit_if_abandoned
+
+        exit_if_abandoned(report.exit_code)
     return report.exit_code
 
 

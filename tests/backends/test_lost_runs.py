@@ -16,6 +16,7 @@ from wdrbo_dist.backends import local, map_tasks, ray_backend
 from wdrbo_dist.config import parse_study_config
 from wdrbo_dist.store import ResultStore
 from wdrbo_dist.study import EXIT_UNAVAILABLE, make_tasks, run_study
+from wdrbo_dist.tracking import StudyTracker
 
 from test_backends import CLI, FAST, _pool_children, tiny_study
 
@@ -39,7 +40,8 @@ def test_a_local_run_whose_process_keeps_dying_is_lost_not_failed_and_the_next_r
 ) -> None:
     monkeypatch.setattr(local, "RESUBMIT_DELAYS_S", QUICK_BACKOFF)
     study = parse_study_config(tiny_study(tmp_path / "out", evaluations=9, seeds=[1],
-                                          algorithms=[{"name": "erbo", "options": FAST}]))
+                                          algorithms=[{"name": "erbo", "options": FAST}],
+                                          tracking_uri=f"sqlite:///{tmp_path}/mlflow.db"))
     stop, killed, lines = threading.Event(), [], []
     killer = threading.Thread(target=_kill_pool_processes_until, args=(stop, killed), daemon=True)
     killer.start()
@@ -61,6 +63,11 @@ def test_a_local_run_whose_process_keeps_dying_is_lost_not_failed_and_the_next_r
     assert again.exit_code == 0 and len(again.finished) == 2
     assert store.finished_keys() == {r.run_key for r in study.runs}
     assert _pool_children() == []
+    tracker = StudyTracker(study.tracking_uri, study.name)
+    tracker.experiment_id = tracker._experiment()
+    assert {key: [status for _, status in runs] for key, runs in tracker.child_runs().items()} == {
+        key: ["FINISHED"] for key in store.finished_keys()
+    }
 
 
 def test_ray_submits_a_run_whose_worker_keeps_dying_again_then_gives_it_up_as_lost(

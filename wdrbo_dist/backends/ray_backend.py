@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -121,11 +122,28 @@ class _GcsWatch:
         return now - self.silent_since >= GCS_SILENCE_S
 
 
+_abandoned = False
+
+
 def _abandon_ray() -> None:
     """The cluster is gone: Ray's own shutdown would wait on the dead GCS, so drop it."""
+    global _abandoned
     import ray
 
     atexit.unregister(ray.shutdown)
+    _abandoned = True
+
+
+def exit_if_abandoned(code: int) -> None:
+    """End the process now with `code` if this process gave its Ray up for gone.
+
+    Ray's core worker, its GCS gone, crashes at interpreter exit (SIGSEGV here, Ray 2.60),
+    which would replace the exit code the user's script or job wrapper reads.
+    """
+    if _abandoned:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def map_ray(tasks: Sequence[Task], workers: int, address: str | None = None) -> Iterator[Outcome]:

@@ -1,0 +1,111 @@
+"""A lost node or a dead head never costs a run: on a two-node Ray cluster of this test's own
+(both on 127.0.0.1), kill the worker node's raylet or the whole head while a driver is
+attached. Afterwards nothing is FAILED, at most one more `run` completes the study, and every
+run key has one parquet and one FINISHED MLflow child (lost attempts end KILLED)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from wdrbo_dist.config import load_study_config
+from wdrbo_dist.store import ResultStore
+from wdrbo_dist.study import EXIT_UNAVAILABLE
+
+from conftest import started_ray_cluster
+from test_cluster import CLI, _processes, _task_processes, finished_once, write_study
+
+pytestmark = pytest.mark.integration
+
+
+def _node_raylet(cluster, node: str) -> int:
+    """The pid of the raylet of `node` ("head" or "node2"), found by its temp dir."""
+    temp_dir = str(cluster.root / node)
+    for pid, (_, cmdline, _) in _processes().items():
+        if "/raylet " in f"{cmdline.split(' ')[0]} " and temp_dir in cmdline:
+            return pid
+    raise AssertionError(f"no raylet of {node} under {temp_dir}")
+
+
+def _wait_for_a_run_on(cluster, node_pid: int | None, driver: subprocess.Popen, timeout_s: float = 180) -> str:
+    """The label of a run that is running now (on the node started as `node_pid`, if given)."""
+    deadline = time.monotonic() + timeout_s
+    while driver.poll() is None and time.monotonic() < deadline:
+        table = _processes()
+        for pid, label, age in _task_processes(cluster):
+            ancestor = pid
+            while ancestor in table and ancestor not in cluster.pids:
+                ancestor = table[ancestor][0]
+            if age > 1.0 and (node_pid is None or ancestor == node_pid):
+                return label
+        time.sleep(0.2)
+    raise AssertionError(f"no run was seen running (driver exit {driver.poll()})")
+
+
+def _assert_whole(config: Path, uri: str) -> None:
+    study = load_study_config(config)
+    store = ResultStore(study.output_dir)
+    keys = {r.run_key for r in study.runs}
+    assert store.failed_keys() == set()
+    assert store.finished_keys() == keys
+    assert {p.stem for p in (study.output_dir / "runs").glob("*.parquet")} == keys
+    statuses = finished_once(uri, study.name)
+    assert set(statuses) == keys
+    assert all(s.count("FINISHED") == 1 and set(s) <= {"FINISHED", "KILLED"} for s in statuses.values()), statuses
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_worker_node_lost_mid_study_costs_no_run(mlflow_server, tmp_path):
+    with started_ray_cluster("wdn") as cluster:
+        config = write_study(tmp_path / "study.yaml", "node-lost", mlflow_server.uri, tmp_path / "out",
+                             evaluations=14, seeds=[0, 1, 2], algorithms=["erbo"])
+        driver = subprocess.Popen([CLI, "run", str(config), "--address", cluster.gcs_address, "--quiet"],
+                                  env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            label = _wait_for_a_run_on(cluster, cluster.processes[1].pid, driver)
+            os.kill(_node_raylet(cluster, "node2"), signal.SIGKILL)  # the node this test started
+            output, _ = driver.communicate(timeout=600)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+        assert driver.returncode in (0, EXIT_UNAVAILABLE), output[-3000:]
+        assert "FAILED" not in output, output[-3000:]
+        if driver.returncode:  # runs Ray gave up on are resubmitted by the next command
+            again = _run(["run", str(config), "--address", cluster.gcs_address, "--quiet"], cluster.env)
+            assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    _assert_whole(config, mlflow_server.uri)
+    assert label  # a run was on the lost node when it went
+
+
+def test_a_dead_head_stops_the_driver_with_its_own_exit_code_and_the_next_run_finishes(mlflow_server, tmp_path):
+    config = write_study(tmp_path / "study.yaml", "head-lost", mlflow_server.uri, tmp_path / "out",
+                         evaluations=14, seeds=[0, 1], algorithms=["erbo"])
+    with started_ray_cluster("wdh") as cluster:
+        driver = subprocess.Popen([CLI, "run", str(config), "--address", cluster.gcs_address, "--quiet"],
+                                  env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            _wait_for_a_run_on(cluster, None, driver)
+            killed_at = time.monotonic()
+            os.killpg(cluster.processes[0].pid, signal.SIGKILL)  # the head this test started, whole
+            output, _ = driver.communicate(timeout=300)
+            stopped_after_s = time.monotonic() - killed_at
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+    assert driver.returncode == EXIT_UNAVAILABLE, output[-3000:]
+    assert "cluster gone: the Ray cluster's head" in output and "run the same command again" in output, output[-3000:]
+    assert "Traceback" not in output and "FAILED" not in output, output[-3000:]
+    assert stopped_after_s < 60  # before Ray would end the driver itself (GCS timeout)
+    assert ResultStore(load_study_config(config).output_dir).failed_keys() == set()
+    # The cluster is gone: the same study finishes on this machine's own processes.
+    again = _run(["run", str(config), "--backend", "local", "--quiet"], {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    _assert_whole(config, mlflow_server.uri)
