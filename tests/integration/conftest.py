@@ -1,127 +1,22 @@
 """Real servers for the integration tests, shared per session: a two-node Ray cluster and an
-MLflow tracking server, both on 127.0.0.1, both stopped by PID in the finalizers.
-
-Each server is started in its own session (process group), so stopping it ends exactly the
-processes this fixture started and nothing else on the machine (no `ray stop`, which would
-also stop other people's Ray). The cluster runs with Ray 2.60's token auth, the token kept in
-the environment (no ~/.ray/auth_token is written).
-"""
+MLflow tracking server, both on 127.0.0.1, both stopped by PID in the finalizers (see
+benchmarks/local_servers.py, which `chaos.py` shares)."""
 
 from __future__ import annotations
 
-import os
-import secrets
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import requests
 
-BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from local_servers import (  # noqa: E402
+    MlflowServer, RayCluster, start_mlflow_server, started_ray_cluster, stop, wait_for,
+)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(predicate, timeout_s: float, what: str, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    tail = log.read_text()[-3000:] if log and log.exists() else ""
-    raise TimeoutError(f"{what} not ready after {timeout_s} s\n{tail}")
-
-
-def stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
-    """SIGTERM the process we started (it ends its children), then SIGKILL its group."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)  # the group we created with start_new_session
-    except ProcessLookupError:
-        pass
-    process.wait(timeout=10)
-
-
-@dataclass
-class RayCluster:
-    gcs_address: str
-    dashboard_url: str
-    env: dict[str, str]
-    root: Path  # the nodes' --temp-dir parent: sessions, logs, unpacked job uploads
-    processes: list[subprocess.Popen] = field(default_factory=list)
-
-    @property
-    def pids(self) -> set[int]:
-        return {p.pid for p in self.processes}
-
-
-def _node_ports() -> list[str]:
-    """Two nodes share this machine, so every per-node port is chosen, not defaulted."""
-    ports = []
-    for flag in ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"):
-        ports += [flag, str(free_port())]
-    return ports
-
-
-@contextmanager
-def started_ray_cluster(prefix: str = "wdr") -> Iterator[RayCluster]:
-    """A Ray head (Jobs API on: the dashboard) and a second node, 1 CPU each, stopped on exit."""
-    root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: Ray's socket paths have a length limit
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(
-        RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0",
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1",
-    )
-    gcs, dashboard = free_port(), free_port()
-    common = ["--num-cpus", "1", "--object-store-memory", str(100 * 1024**2), "--disable-usage-stats",
-              "--node-ip-address", "127.0.0.1", "--block"]
-    head_log, worker_log = root / "head.log", root / "worker.log"
-    cluster = RayCluster(f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}", env, root)
-    try:
-        cluster.processes.append(subprocess.Popen(
-            [str(BIN / "ray"), "start", "--head", "--port", str(gcs), "--include-dashboard=true",
-             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-             "--ray-client-server-port", str(free_port()), "--temp-dir", str(root / "head"), *common, *_node_ports()],
-            env=env, stdout=head_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-        ))
-
-        def dashboard_up() -> bool:
-            try:  # 401 without the token: up, and token auth is on
-                return requests.get(f"{cluster.dashboard_url}/api/version", timeout=2).status_code in (200, 401)
-            except requests.RequestException:
-                return False
-
-        wait_for(dashboard_up, 120, "ray head", head_log)
-        cluster.processes.append(subprocess.Popen(
-            [str(BIN / "ray"), "start", "--address", cluster.gcs_address, "--temp-dir", str(root / "node2"),
-             *common, *_node_ports()],
-            env=env, stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-        ))
-        wait_for(lambda: "Ray runtime started" in worker_log.read_text(), 120, "second ray node", worker_log)
-        yield cluster
-    finally:
-        for process in reversed(cluster.processes):
-            stop(process)
-        shutil.rmtree(root, ignore_errors=True)
+__all__ = ["MlflowServer", "RayCluster", "start_mlflow_server", "started_ray_cluster", "stop", "wait_for"]
 
 
 @pytest.fixture(scope="session")
@@ -131,35 +26,16 @@ def ray_cluster(_mlflow_process):
         yield cluster
 
 
-@dataclass
-class MlflowServer:
-    uri: str
-    process: subprocess.Popen
-    log: Path
-
-    def up(self) -> bool:
-        try:
-            return requests.get(f"{self.uri}/health", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-
 @pytest.fixture(scope="session")
 def _mlflow_process():
-    """`mlflow server` on 127.0.0.1 with a sqlite backend and proxied artifacts; started
-    without waiting, so that it boots while the Ray cluster does."""
+    """The session's tracking server, started without waiting, so that it boots while the Ray
+    cluster does."""
     root = Path(tempfile.mkdtemp(prefix="wdrml", dir="/tmp"))
-    port = free_port()
-    log = root / "server.log"
-    process = subprocess.Popen(
-        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination", str(root / "artifacts")],
-        cwd=root, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
+    server = start_mlflow_server(root)
     try:
-        yield MlflowServer(f"http://127.0.0.1:{port}", process, log)
+        yield server
     finally:
-        stop(process, grace_s=10)
+        stop(server.process, grace_s=10)
         shutil.rmtree(root, ignore_errors=True)
 
 

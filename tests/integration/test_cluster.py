@@ -16,6 +16,7 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
+from local_servers import processes
 from wdrbo_dist.config import load_study_config
 from wdrbo_dist.run import RunResult, RunSpec, run_one
 from wdrbo_dist.store import ResultStore
@@ -91,25 +92,9 @@ def test_a_study_submitted_as_a_ray_job_is_found_in_the_store_and_the_server(ray
         pd.testing.assert_frame_equal(timeless(store.read_records(spec.run_key)), timeless(local.records), check_exact=True)
 
 
-def _processes() -> dict[int, tuple[int, str, float]]:
-    """pid -> (parent pid, command line, start time in clock ticks), from /proc."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        table[int(entry.name)] = (int(fields[1]), cmdline, float(fields[19]))
-    return table
-
-
 def _task_processes(cluster) -> list[tuple[int, str, float]]:
     """(pid, label, age in s) of our cluster's Ray workers that are running one of our runs now."""
-    table = _processes()
+    table = processes()
     ticks = os.sysconf("SC_CLK_TCK")
     uptime = float(Path("/proc/uptime").read_text().split()[0])
     found = []

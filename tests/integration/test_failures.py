@@ -1,7 +1,8 @@
-"""A lost node or a dead head never costs a run: on a two-node Ray cluster of this test's own
-(both on 127.0.0.1), kill the worker node's raylet or the whole head while a driver is
-attached. Afterwards nothing is FAILED, at most one more `run` completes the study, and every
-run key has one parquet and one FINISHED MLflow child (lost attempts end KILLED)."""
+"""A lost node, a dead head or a dead tracking server never costs a run: on a two-node Ray
+cluster of the test's own (on 127.0.0.1), kill the worker node's raylet or the whole head while
+a driver is attached; or stop the MLflow server mid-study. Afterwards nothing is FAILED, at most
+one more `run` completes the study, and every run key has one parquet and one FINISHED MLflow
+child (lost attempts end KILLED)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from wdrbo_dist.config import load_study_config
 from wdrbo_dist.store import ResultStore
 from wdrbo_dist.study import EXIT_UNAVAILABLE
 
-from conftest import started_ray_cluster
-from test_cluster import CLI, _processes, _task_processes, finished_once, write_study
+from conftest import start_mlflow_server, started_ray_cluster, stop, wait_for
+from local_servers import processes
+from test_cluster import CLI, _task_processes, finished_once, write_study
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +28,7 @@ pytestmark = pytest.mark.integration
 def _node_raylet(cluster, node: str) -> int:
     """The pid of the raylet of `node` ("head" or "node2"), found by its temp dir."""
     temp_dir = str(cluster.root / node)
-    for pid, (_, cmdline, _) in _processes().items():
+    for pid, (_, cmdline, _) in processes().items():
         if "/raylet " in f"{cmdline.split(' ')[0]} " and temp_dir in cmdline:
             return pid
     raise AssertionError(f"no raylet of {node} under {temp_dir}")
@@ -36,7 +38,7 @@ def _wait_for_a_run_on(cluster, node_pid: int | None, driver: subprocess.Popen, 
     """The label of a run that is running now (on the node started as `node_pid`, if given)."""
     deadline = time.monotonic() + timeout_s
     while driver.poll() is None and time.monotonic() < deadline:
-        table = _processes()
+        table = processes()
         for pid, label, age in _task_processes(cluster):
             ancestor = pid
             while ancestor in table and ancestor not in cluster.pids:
@@ -109,3 +111,38 @@ def test_a_dead_head_stops_the_driver_with_its_own_exit_code_and_the_next_run_fi
     again = _run(["run", str(config), "--backend", "local", "--quiet"], {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     _assert_whole(config, mlflow_server.uri)
+
+
+def test_a_tracking_server_that_stops_mid_study_costs_no_run_and_catches_up_at_the_next_start(tmp_path):
+    root = tmp_path / "server"
+    root.mkdir()
+    server = start_mlflow_server(root)
+    config = write_study(tmp_path / "study.yaml", "server-lost", server.uri, tmp_path / "out",
+                         evaluations=9, seeds=[0, 1, 2], algorithms=["erbo"])
+    runs = tmp_path / "out" / "runs"
+    try:
+        wait_for(server.up, 120, "mlflow server", server.log)
+        driver = subprocess.Popen([CLI, "run", str(config), "--backend", "local", "--quiet"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            wait_for(lambda: len(list(runs.glob("*.parquet"))) >= 1 or driver.poll() is not None, 300,
+                     "a first finished run")
+            stop(server.process, grace_s=10)  # the server this test started
+            output, _ = driver.communicate(timeout=600)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+        assert driver.returncode == 0, output[-3000:]
+        assert "mlflow stopped answering at" in output and "Traceback" not in output, output[-3000:]
+        study = load_study_config(config)
+        assert ResultStore(study.output_dir).finished_keys() == {r.run_key for r in study.runs}
+        # The server is back: the next start logs what it missed, and there is nothing left to run.
+        server = start_mlflow_server(root, port=int(server.uri.rsplit(":", 1)[1]))
+        wait_for(server.up, 120, "mlflow server again", server.log)
+        again = _run(["run", str(config), "--backend", "local", "--quiet"], dict(os.environ))
+        assert again.returncode == 0 and "0 finished, 0 failed, 6 skipped (already finished)" in again.stdout, (
+            again.stdout[-2000:] + again.stderr[-2000:])
+        assert "mlflow: logged " in again.stderr
+        _assert_whole(config, server.uri)
+    finally:
+        stop(server.process, grace_s=10)
