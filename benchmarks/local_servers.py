@@ -80,9 +80,26 @@ def _node_ports() -> list[str]:
     return ports
 
 
+NODE_FLAGS = ["--num-cpus", "1", "--object-store-memory", str(100 * 1024**2), "--disable-usage-stats",
+              "--node-ip-address", "127.0.0.1", "--block"]
+
+
+def add_worker_node(cluster: RayCluster, name: str) -> subprocess.Popen:
+    """Start one more 1-CPU node (temp dir `cluster.root / name`) and wait until it has joined."""
+    log = cluster.root / f"{name}.log"
+    process = subprocess.Popen(
+        [str(BIN / "ray"), "start", "--address", cluster.gcs_address, "--temp-dir", str(cluster.root / name),
+         *NODE_FLAGS, *_node_ports()],
+        env=cluster.env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    cluster.processes.append(process)
+    wait_for(lambda: "Ray runtime started" in log.read_text(), 120, f"ray node {name}", log)
+    return process
+
+
 @contextmanager
 def started_ray_cluster(prefix: str = "wdr") -> Iterator[RayCluster]:
-    """A Ray head (Jobs API on: the dashboard) and a second node, 1 CPU each, stopped on exit."""
+    """A Ray head (Jobs API on: the dashboard) and a second node `node2`, 1 CPU each, stopped on exit."""
     root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: Ray's socket paths have a length limit
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(
@@ -90,15 +107,14 @@ def started_ray_cluster(prefix: str = "wdr") -> Iterator[RayCluster]:
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1",
     )
     gcs, dashboard = free_port(), free_port()
-    common = ["--num-cpus", "1", "--object-store-memory", str(100 * 1024**2), "--disable-usage-stats",
-              "--node-ip-address", "127.0.0.1", "--block"]
-    head_log, worker_log = root / "head.log", root / "worker.log"
+    head_log = root / "head.log"
     cluster = RayCluster(f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}", env, root)
     try:
         cluster.processes.append(subprocess.Popen(
             [str(BIN / "ray"), "start", "--head", "--port", str(gcs), "--include-dashboard=true",
              "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-             "--ray-client-server-port", str(free_port()), "--temp-dir", str(root / "head"), *common, *_node_ports()],
+             "--ray-client-server-port", str(free_port()), "--temp-dir", str(root / "head"), *NODE_FLAGS,
+             *_node_ports()],
             env=env, stdout=head_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
         ))
 
@@ -109,17 +125,21 @@ def started_ray_cluster(prefix: str = "wdr") -> Iterator[RayCluster]:
                 return False
 
         wait_for(dashboard_up, 120, "ray head", head_log)
-        cluster.processes.append(subprocess.Popen(
-            [str(BIN / "ray"), "start", "--address", cluster.gcs_address, "--temp-dir", str(root / "node2"),
-             *common, *_node_ports()],
-            env=env, stdout=worker_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-        ))
-        wait_for(lambda: "Ray runtime started" in worker_log.read_text(), 120, "second ray node", worker_log)
+        add_worker_node(cluster, "node2")
         yield cluster
     finally:
         for process in reversed(cluster.processes):
             stop(process)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def node_raylet(cluster: RayCluster, node: str) -> int | None:
+    """The pid of the raylet of `node` ("head", "node2", ...), found by its temp dir."""
+    temp_dir = str(cluster.root / node)
+    for pid, (_, cmdline, _) in processes().items():
+        if cmdline.split(" ")[0].endswith("/raylet") and f"{temp_dir}/" in cmdline:
+            return pid
+    return None
 
 
 @dataclass
