@@ -13,6 +13,9 @@ step. Two modes, chosen from the URI:
 
 On every start the driver reconciles: each finished run of the store without a FINISHED child
 run is logged from the store (a driver killed between store and tracker loses nothing).
+A server that stops answering mid-study costs seconds, not minutes: MLflow's HTTP retries are
+bounded (`HTTP_RETRY_SETTINGS`), a worker probes /health before logging, and the driver keeps
+the results the server missed in a backlog that it logs when the server answers again.
 
 Child runs are named `problem|algorithm|s<seed>` and tagged `role=run`, `run_key`, `study`,
 `problem`, `algorithm`, `seed`, `fidelity`, `evaluations`, `init_size`, `version`, `host`.
@@ -73,9 +76,22 @@ HTTP_RETRY_SETTINGS = {
 }
 
 
+PROBE_INTERVAL_S = 15.0  # how often a driver asks a server that stopped answering whether it is back
+
+
 def bound_http_retries() -> None:
     for name, value in HTTP_RETRY_SETTINGS.items():
         os.environ.setdefault(name, value)
+
+
+def server_answers(uri: str, timeout_s: float = 2.0) -> bool:
+    """One GET /health, without MLflow's retries: is the tracking server up right now?"""
+    import requests
+
+    try:
+        return requests.get(f"{uri}/health", timeout=timeout_s).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def _client(uri: str) -> "MlflowClient":
@@ -244,7 +260,11 @@ class WorkerTracking:
     parent_run_id: str
 
     def log(self, result: RunResult) -> str:
+        """Log the child run; a server that does not answer costs one quick probe, not the
+        retries of every call (the driver logs the run itself, now or when the server is back)."""
         bound_http_retries()
+        if not server_answers(self.uri):
+            raise TrackingError(f"tracking_uri {self.uri}: the server does not answer")
         return log_child_run(_client(self.uri), self.experiment_id, self.parent_run_id, result)
 
 
@@ -256,8 +276,12 @@ class StudyTracker:
 
     def __init__(self, uri: str, study_name: str) -> None:
         bound_http_retries()
-        self.unreachable = False  # set by the driver when the server stopped answering mid-study
         self.uri = uri
+        # Set when the server stopped answering mid-study; the results it missed wait in
+        # `backlog` (with the child run a worker opened, if any) until `answers_again`.
+        self.unreachable = False
+        self.backlog: list[tuple[RunResult, str | None, Path | None]] = []
+        self._probed_at = 0.0
         self.study_name = study_name
         self.mode = tracking_mode(uri)
         self.client = _client(uri)
@@ -320,6 +344,27 @@ class StudyTracker:
         now = int(time.time() * 1000)
         self.client.log_batch(self.parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in summary.items()])
         self.client.set_terminated(self.parent_run_id, status=status)
+
+    def answers_again(self, now: bool = False) -> bool:
+        """Whether a server that stopped answering is back (asked at most every
+        `PROBE_INTERVAL_S`, or `now`); a sqlite store is a file and always answers."""
+        if self.mode != "worker":
+            return True
+        if not now and time.monotonic() - self._probed_at < PROBE_INTERVAL_S:
+            return False
+        self._probed_at = time.monotonic()
+        return server_answers(self.uri)
+
+    def catch_up(self) -> int:
+        """Log the backlog of results the server missed; returns how many."""
+        logged = 0
+        while self.backlog:
+            result, child_run_id, records_file = self.backlog[0]
+            self.record(result, child_run_id, records_file)
+            self.backlog.pop(0)
+            logged += 1
+        self.unreachable = False
+        return logged
 
     def worker_context(self) -> WorkerTracking | None:
         if self.mode != "worker":

@@ -19,19 +19,10 @@ from wdrbo_dist.store import ResultStore
 from wdrbo_dist.study import EXIT_UNAVAILABLE
 
 from conftest import start_mlflow_server, started_ray_cluster, stop, wait_for
-from local_servers import processes
+from local_servers import node_raylet, processes
 from test_cluster import CLI, _task_processes, finished_once, write_study
 
 pytestmark = pytest.mark.integration
-
-
-def _node_raylet(cluster, node: str) -> int:
-    """The pid of the raylet of `node` ("head" or "node2"), found by its temp dir."""
-    temp_dir = str(cluster.root / node)
-    for pid, (_, cmdline, _) in processes().items():
-        if "/raylet " in f"{cmdline.split(' ')[0]} " and temp_dir in cmdline:
-            return pid
-    raise AssertionError(f"no raylet of {node} under {temp_dir}")
 
 
 def _wait_for_a_run_on(cluster, node_pid: int | None, driver: subprocess.Popen, timeout_s: float = 180) -> str:
@@ -73,7 +64,7 @@ def test_a_worker_node_lost_mid_study_costs_no_run(mlflow_server, tmp_path):
                                   env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
             label = _wait_for_a_run_on(cluster, cluster.processes[1].pid, driver)
-            os.kill(_node_raylet(cluster, "node2"), signal.SIGKILL)  # the node this test started
+            os.kill(node_raylet(cluster, "node2"), signal.SIGKILL)  # the node this test started
             output, _ = driver.communicate(timeout=600)
         finally:
             if driver.poll() is None:
@@ -144,5 +135,41 @@ def test_a_tracking_server_that_stops_mid_study_costs_no_run_and_catches_up_at_t
             again.stdout[-2000:] + again.stderr[-2000:])
         assert "mlflow: logged " in again.stderr
         _assert_whole(config, server.uri)
+    finally:
+        stop(server.process, grace_s=10)
+
+
+def test_results_a_stopped_server_missed_are_logged_when_it_answers_again(tmp_path, monkeypatch):
+    from wdrbo_dist import study as study_module
+    from wdrbo_dist import tracking
+    from wdrbo_dist.backends.task import Task, execute
+    from wdrbo_dist.study import StudyReport, plan_study
+
+    root = tmp_path / "server"
+    root.mkdir()
+    server = start_mlflow_server(root)
+    try:
+        wait_for(server.up, 120, "mlflow server", server.log)
+        config = write_study(tmp_path / "study.yaml", "backlog", server.uri, tmp_path / "out",
+                             evaluations=6, seeds=[0], algorithms=["gp-ucb"])
+        study = load_study_config(config)
+        store = ResultStore(study.output_dir)
+        tracker = tracking.StudyTracker(study.tracking_uri, study.name)
+        tracker.start(study, config.read_text())
+        report = StudyReport(study=study, plan=plan_study(study, store))
+        context = tracker.worker_context()
+        first, second = (execute(Task(spec=spec, tracking=context)) for spec in study.runs)
+        assert first.child_run_id and second.child_run_id  # each worker opened its child run
+        stop(server.process, grace_s=10)
+        study_module._settle(first, store, tracker, report)  # the server is gone
+        assert tracker.unreachable and len(tracker.backlog) == 1
+        server = start_mlflow_server(root, port=int(server.uri.rsplit(":", 1)[1]))
+        wait_for(server.up, 120, "mlflow server again", server.log)
+        monkeypatch.setattr(tracking, "PROBE_INTERVAL_S", 0.0)
+        study_module._settle(second, store, tracker, report)  # back: both are logged
+        assert not tracker.unreachable and tracker.backlog == []
+        assert "mlflow answers again: logged the 2 runs it missed" in report.tracking_warnings
+        statuses = finished_once(server.uri, "backlog")
+        assert statuses == {spec.run_key: ["FINISHED"] for spec in study.runs}
     finally:
         stop(server.process, grace_s=10)
