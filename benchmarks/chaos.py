@@ -62,10 +62,11 @@ class Driver:
         self.process: subprocess.Popen | None = None
         self.starts = 0
         self.exits: list[int] = []
+        self.origin = time.monotonic()
 
     def start(self) -> None:
         self.starts += 1
-        self.log.write(f"\n--- driver start {self.starts}\n")
+        self.log.write(f"\n--- driver start {self.starts} at {time.monotonic() - self.origin:.1f} s\n")
         self.log.flush()
         self.process = subprocess.Popen(self.command, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
 
@@ -137,6 +138,8 @@ def run_study(config: Path, cluster, server, faults: bool, args, log: Path):
             else:
                 fault = f"({fault}: nothing to hit)"
             done.append(fault)
+            driver.log.write(f"\n--- fault {fault} at {now - started:.1f} s\n")
+            driver.log.flush()
             next_fault = now + rng.uniform(0.5, 1.5) * args.interval
         time.sleep(0.2)
     wall = time.monotonic() - started
