@@ -1,0 +1,58 @@
+"""Short runs of every algorithm in both profiles, whose records `test_pinned_records.py` pins.
+
+A refactoring must leave them identical, bit for bit, outside the time columns. A change
+that is meant to change them is a fidelity change: bump the version, show over seeds what it
+changed, then write the file again with
+
+    .venv/bin/python tests/pinned_records.py --write
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+PINNED = Path(__file__).parent / "data" / "pinned_records.parquet"
+PROBLEM = "three-hump-camel"  # 2-D decision, 1-D context: every algorithm's code paths, cheaply
+SEED, EVALUATIONS, INIT_SIZE = 7, 8, 5
+FAST = {"raw_samples": 64, "num_restarts": 2}
+
+
+def is_time_column(column: str) -> bool:
+    return column.startswith("time_") or column == "inner_solve_s"
+
+
+def pinned_runs() -> pd.DataFrame:
+    """The records of every algorithm x profile, without the time columns, one thread."""
+    import torch
+
+    from wdrbo_dist.algorithms import ALGORITHMS
+    from wdrbo_dist.problems import FIDELITIES
+    from wdrbo_dist.run import RunSpec, run_one
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    frames = []
+    try:
+        for fidelity in FIDELITIES:
+            for algorithm in ALGORITHMS:
+                spec = RunSpec(algorithm=algorithm, problem=PROBLEM, seed=SEED, evaluations=EVALUATIONS,
+                               init_size=INIT_SIZE, fidelity=fidelity, options=tuple(sorted(FAST.items())))
+                result = run_one(spec)
+                assert result.ok, result.error
+                records = result.records[[c for c in result.records.columns if not is_time_column(c)]]
+                frames.append(records.assign(algorithm=algorithm, fidelity=fidelity))
+    finally:
+        torch.set_num_threads(before)
+    return pd.concat(frames, ignore_index=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write {PINNED.name} from this code")
+    if parser.parse_args().write:
+        PINNED.parent.mkdir(exist_ok=True)
+        pinned_runs().to_parquet(PINNED, index=False)
+        print(f"wrote {PINNED}")
