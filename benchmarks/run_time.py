@@ -59,7 +59,7 @@ def main() -> None:
     print("-" * len(header))
     for problem in args.problems:
         for algorithm in args.algorithms:
-            declared = ALGORITHMS[algorithm].option_defaults()
+            declared = ALGORITHMS[algorithm].declared_options()
             spec = RunSpec.make(
                 options={k: v for k, v in options.items() if k in declared},
                 algorithm=algorithm, problem=problem, seed=args.seed, evaluations=args.evaluations, fidelity=args.fidelity,

@@ -92,7 +92,7 @@ BAD = [
     ({"algorithms": [{"name": "erbo", "options": {"radius": 1}}]}, "algorithms[0].options: unknown option 'radius'; allowed: beta,"),
     ({"algorithms": [{"name": "erbo", "options": {"beta": "high"}}]}, "algorithms[0].options.beta: must be a finite number, got str 'high'"),
     ({"algorithms": [{"name": "erbo", "options": {"num_restarts": 2.5}}]}, "algorithms[0].options.num_restarts: must be an integer, got float 2.5"),
-    ({"algorithms": [{"name": "erbo", "options": {"beta": -1.0}}]}, "algorithms[0] (erbo) on problem three-hump-camel: option 'beta' of algorithm 'erbo' must be >= 0"),
+    ({"algorithms": [{"name": "erbo", "options": {"beta": -1.0}}]}, "algorithms[0].options.beta: must be >= 0, got -1.0"),
     ({"algorithms": [{"name": "erbo", "resources": {"num_cpus": -1}}]}, "algorithms[0].resources.num_cpus: must be a number >= 0, got -1"),
     ({"algorithms": [{"name": "erbo", "resources": {"gpus": 1}}]}, "algorithms[0].resources: unknown key 'gpus'; allowed keys: num_cpus, num_gpus"),
     ({"algorithms": ["erbo", "erbo"]}, "algorithms[1].name: 'erbo' is listed twice"),

@@ -104,7 +104,7 @@ def test_short_full_run_of_each_core_algorithm_on_each_problem(algorithm: str, p
         ({"init_size": 0}, "init_size: must be an integer >= 1"),
         ({"device": "cuda:7"}, "device: 'cuda:7' is not available here; allowed: cpu"),
         ({"options": (("nope", 1),)}, "unknown option 'nope' for algorithm 'erbo'; allowed: adam_projected, batch_limit, beta"),
-        ({"options": (("beta", "high"),)}, "option 'beta' of algorithm 'erbo' must be a float"),
+        ({"options": (("beta", "high"),)}, "option 'beta' of algorithm 'erbo' must be a finite number, got str 'high'"),
     ],
 )
 def test_bad_specs_are_refused_with_the_field_and_allowed_values(change: dict, message: str) -> None:

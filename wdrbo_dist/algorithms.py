@@ -15,23 +15,26 @@ from wdrbo_dist.acquisition.ucb import GPUCB
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
 from wdrbo_dist.problems.base import Problem
 
-ALGORITHMS: dict[str, type[Algorithm]] = {
-    cls.name: cls
-    for cls in (
-        WDRBO,
-        ERBO,
-        GPUCB,
-        SBOKDE,
-        DRBOKDE,
-        DRBOMMD,
-        DRBOMMDMinimax,
-        StableOpt,
-    )
-}
+REQUIRED_CONSTANTS = ("name", "display_name", "description")
 
 
-def algorithm_names() -> list[str]:
-    return list(ALGORITHMS)
+def registry(*classes: type[Algorithm]) -> dict[str, type[Algorithm]]:
+    """name -> class, in the order of the paper's tables; an undeclared constant is refused here."""
+    for cls in classes:
+        if missing := [constant for constant in REQUIRED_CONSTANTS if not hasattr(cls, constant)]:
+            raise TypeError(f"algorithm class {cls.__name__} does not declare {', '.join(missing)}")
+    return {cls.name: cls for cls in classes}
+
+
+ALGORITHMS: dict[str, type[Algorithm]] = registry(
+    WDRBO, ERBO, GPUCB, SBOKDE, DRBOKDE, DRBOMMD, DRBOMMDMinimax, StableOpt,
+)
+
+
+def register_algorithm(cls: type[Algorithm]) -> type[Algorithm]:
+    """Add an algorithm class defined outside this package (usable as a class decorator)."""
+    ALGORITHMS.update(registry(cls))
+    return cls
 
 
 def get_algorithm_class(name: str) -> type[Algorithm]:

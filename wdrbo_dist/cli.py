@@ -114,9 +114,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
     print("algorithms:")
     for name, entry in ALGORITHMS.items():
         print(f"  {name:<20} {entry.description}")
-        for option, (default_paper, default_reference) in entry.option_defaults().items():
-            note = entry.OPTION_NOTES.get(option)
-            print(f"      {option} (paper: {default_paper}, reference: {default_reference})" + (f"; {note}" if note else ""))
+        for name, option in entry.declared_options().items():
+            note = f"; {option.note}" if option.note else ""
+            print(f"      {name} (paper: {option.paper}, reference: {option.reference}){note}")
     return 0
 
 
@@ -126,19 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_one(sub)
     _add_list(sub)
     # Study and report commands live in their own modules, each adding its subcommands.
-    for module_name in ("wdrbo_dist.cli_study", "wdrbo_dist.cli_report"):
-        try:
-            module = __import__(module_name, fromlist=["add_commands"])
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
+    from wdrbo_dist import cli_report, cli_study
+
+    for module in (cli_study, cli_report):
         module.add_commands(sub)
     return parser
-
-
-class _Parser(argparse.ArgumentParser):
-    pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -65,7 +65,8 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from wdrbo_dist.analysis.report import MlflowUnavailable, build_report, log_to_mlflow, main_table_text, study_folder
+    from wdrbo_dist.analysis.report import aggregate_cells, build_report, main_table_text, study_folder
+    from wdrbo_dist.tracking import MlflowUnavailable, log_report
 
     study, data = _load_data(args)
     folder = study_folder(Path(args.dashboards), study.name)
@@ -79,7 +80,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         print("MLflow: tracking_uri is none; nothing logged", file=sys.stderr)
     else:
         try:
-            ids = log_to_mlflow(study.tracking_uri, study.name, data, tables, files, study.fidelity)
+            cells = aggregate_cells(data, tables, study.fidelity)
+            ids = log_report(study.tracking_uri, study.name, files.folder, cells)
         except MlflowUnavailable as exc:
             print(f"MLflow: {exc}; nothing logged", file=sys.stderr)
         except Exception as exc:  # noqa: BLE001 - the dashboard is written; say why MLflow is not

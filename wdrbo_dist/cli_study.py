@@ -8,7 +8,6 @@ from pathlib import Path
 
 from wdrbo_dist.cli import UsageError
 
-BACKEND_CHOICES = ("serial", "local", "ray")
 # `run` while another driver holds the output folder: not bad input (2) but "busy, try again
 # later", sysexits.h's EX_TEMPFAIL, so that a job wrapper can tell the two apart.
 EXIT_IN_USE = 75
@@ -50,8 +49,10 @@ def _load(path: str, validate_runs: bool = True):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    if args.backend is not None and args.backend not in BACKEND_CHOICES:
-        raise UsageError(f"--backend must be one of {', '.join(BACKEND_CHOICES)}, got {args.backend!r}")
+    from wdrbo_dist.backends import BACKENDS
+
+    if args.backend is not None and args.backend not in BACKENDS:
+        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be an integer >= 1, got {args.workers}")
     study = _load(args.config)
@@ -85,14 +86,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def status_matrix(study) -> list[str]:
     """Rows problem x columns algorithm, each cell `done/failed/missing` over the seeds; then
     one line per damaged run (counted missing: `run` sets its files aside and runs it again)."""
-    from wdrbo_dist.store import ResultStore
+    from wdrbo_dist.study import study_status
 
-    store = ResultStore(study.output_dir)
-    finished, failed = store.finished_keys(), store.failed_keys()
-    cells: dict[tuple[str, str], list[int]] = {}
-    for spec in study.runs:
-        cell = cells.setdefault((spec.problem, spec.algorithm), [0, 0, 0])
-        cell[0 if spec.run_key in finished else 1 if spec.run_key in failed else 2] += 1
+    status = study_status(study)
     width = max(len(p) for p in study.problems) + 2
     col = max(9, *(len(a) + 2 for a in study.algorithms))
     lines = [
@@ -104,14 +100,12 @@ def status_matrix(study) -> list[str]:
     for problem in study.problems:
         row = problem.ljust(width)
         for algorithm in study.algorithms:
-            d, f, m = cells[(problem, algorithm)]
+            d, f, m = status.cells[(problem, algorithm)]
             row += f"{d}/{f}/{m}".ljust(col)
         lines.append(row.rstrip())
-    totals = [sum(c[i] for c in cells.values()) for i in range(3)]
-    lines.append(f"total: {totals[0]} done, {totals[1]} failed, {totals[2]} missing of {len(study.runs)}")
-    labels = {spec.run_key: spec.label for spec in study.runs}
-    for damage in store.damaged(labels):
-        lines.append(f"{damage.line(store.root, labels[damage.run_key])} (counted missing; `run` sets it aside and runs it again)")
+    d, f, m = status.totals
+    lines.append(f"total: {d} done, {f} failed, {m} missing of {len(study.runs)}")
+    lines.extend(f"{line} (counted missing; `run` sets it aside and runs it again)" for line in status.damaged)
     return lines
 
 
@@ -132,7 +126,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
         if value is None or (isinstance(value, str) and not (value.startswith(("/", "http", "sqlite:////")) or value == "none")):
             print(f"note: {field} is relative; on the cluster it resolves inside the job's temporary working dir",
                   file=sys.stderr)
-    from wdrbo_dist.backends.jobs import SubmitError, submit_study
+    from wdrbo_dist.submit import SubmitError, submit_study
 
     extra = (["--force"] if args.force else []) + (["--rerun-failed"] if args.rerun_failed else []) + ["--quiet"]
     try:

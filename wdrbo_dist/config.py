@@ -36,10 +36,11 @@ from typing import Any
 
 import yaml
 
+from wdrbo_dist.acquisition.options import describe
+from wdrbo_dist.backends import BACKENDS
+from wdrbo_dist.problems.base import FIDELITIES
 from wdrbo_dist.run import OptionValue, RunSpec
 
-FIDELITIES = ("paper", "reference")
-BACKENDS = ("serial", "local", "ray")
 TOP_LEVEL_KEYS = (
     "name", "description", "fidelity", "problems", "algorithms", "seeds", "evaluations",
     "init_size", "backend", "workers", "tracking_uri", "output_dir",
@@ -183,7 +184,7 @@ def parse_study_config(
 
     if not isinstance(data, Mapping):
         raise ConfigError(
-            f"config: must be a mapping with keys {', '.join(TOP_LEVEL_KEYS)}; got {_kind(data)}"
+            f"config: must be a mapping with keys {', '.join(TOP_LEVEL_KEYS)}; got {describe(data)}"
         )
     _check_keys("config", data, TOP_LEVEL_KEYS)
     for key in REQUIRED_KEYS:
@@ -196,7 +197,7 @@ def parse_study_config(
     description = _string("description", data.get("description", ""), allow_empty=True)
     fidelity = _choice("fidelity", data.get("fidelity", "paper"), FIDELITIES)
     problems = _name_list("problems", data["problems"], tuple(PROBLEMS))
-    algorithms = _algorithms(data["algorithms"], ALGORITHMS, fidelity)
+    algorithms = _algorithms(data["algorithms"], ALGORITHMS)
     seeds = _seeds(data["seeds"])
     evaluations = _integer("evaluations", data.get("evaluations", 100), minimum=2)
     init_size = _integer("init_size", data.get("init_size", 5), minimum=1)
@@ -257,12 +258,6 @@ def _validate_runs(study: StudySpec) -> None:
 # --- field validators ---------------------------------------------------------------------------
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    return f"{type(value).__name__} {value!r}" if not isinstance(value, (dict, list)) else type(value).__name__
-
-
 def _check_keys(where: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
     for key in data:
         if key not in allowed:
@@ -271,7 +266,7 @@ def _check_keys(where: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -
 
 def _string(name: str, value: Any, allow_empty: bool = False) -> str:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
-        raise ConfigError(f"{name}: must be a {'' if allow_empty else 'non-empty '}string, got {_kind(value)}")
+        raise ConfigError(f"{name}: must be a {'' if allow_empty else 'non-empty '}string, got {describe(value)}")
     return value.strip()
 
 
@@ -284,13 +279,13 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
 def _integer(name: str, value: Any, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
         allowed = f">= {minimum}" if maximum is None else f"in [{minimum}, {maximum}]"
-        raise ConfigError(f"{name}: must be an integer {allowed}, got {_kind(value)}")
+        raise ConfigError(f"{name}: must be an integer {allowed}, got {describe(value)}")
     return value
 
 
 def _number(name: str, value: Any, minimum: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{name}: must be a number >= {minimum:g}, got {_kind(value)}")
+        raise ConfigError(f"{name}: must be a number >= {minimum:g}, got {describe(value)}")
     if not math.isfinite(value) or value < minimum:
         raise ConfigError(f"{name}: must be a number >= {minimum:g}, got {value!r}")
     return float(value)
@@ -326,7 +321,7 @@ def _seeds(value: Any) -> list[int]:
     return seeds
 
 
-def _algorithms(value: Any, registry: Mapping[str, Any], fidelity: str) -> list[AlgorithmSettings]:
+def _algorithms(value: Any, registry: Mapping[str, Any]) -> list[AlgorithmSettings]:
     allowed = tuple(registry)
     if not isinstance(value, list) or not value:
         raise ConfigError(
@@ -348,49 +343,28 @@ def _algorithms(value: Any, registry: Mapping[str, Any], fidelity: str) -> list[
             raise ConfigError(f"{where}.name: unknown algorithm {algo!r}; allowed: {', '.join(allowed)}")
         if algo in [a.name for a in result]:
             raise ConfigError(f"{where}.name: {algo!r} is listed twice; each algorithm may appear once")
-        options = _options(f"{where}.options", item.get("options") or {}, registry[algo], fidelity)
+        options = _options(f"{where}.options", item.get("options") or {}, registry[algo])
         resources = _resources(f"{where}.resources", item.get("resources") or {})
         result.append(AlgorithmSettings(name=algo, options=options, resources=resources))
     return result
 
 
-def _options(where: str, value: Any, entry: Any, fidelity: str) -> dict[str, OptionValue]:
-    defaults = entry.option_defaults()
+def _options(where: str, value: Any, entry: Any) -> dict[str, OptionValue]:
+    """An algorithm's options, each checked by its declaration (see acquisition/options.py)."""
+    declared = entry.declared_options()
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{where}: must be a mapping of option: value; options: {', '.join(defaults) or 'none'}")
-    column = FIDELITIES.index(fidelity)
+        raise ConfigError(f"{where}: must be a mapping of option: value; options: {', '.join(declared) or 'none'}")
     options: dict[str, OptionValue] = {}
     for key, given in value.items():
-        if key not in defaults:
+        if key not in declared:
             raise ConfigError(
-                f"{where}: unknown option {key!r}; allowed: {', '.join(defaults) or 'none (this algorithm has no options)'}"
+                f"{where}: unknown option {key!r}; allowed: {', '.join(declared) or 'none (this algorithm has no options)'}"
             )
-        default = defaults[key][column]
-        options[key] = _option_value(f"{where}.{key}", given, default)
+        try:
+            options[key] = declared[key].check(given)
+        except ValueError as exc:
+            raise ConfigError(f"{where}.{key}: {exc}") from None
     return options
-
-
-def _option_value(where: str, value: Any, default: Any) -> OptionValue:
-    """Check an option against the type of its default (bool, int, float or string)."""
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where}: must be true or false, got {_kind(value)}")
-        return value
-    if isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: must be an integer, got {_kind(value)}")
-        return value
-    if isinstance(default, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ConfigError(f"{where}: must be a finite number, got {_kind(value)}")
-        return float(value)
-    if isinstance(default, str):
-        if not isinstance(value, str):
-            raise ConfigError(f"{where}: must be a string, got {_kind(value)}")
-        return value
-    if default is None and isinstance(value, (bool, int, float, str)):
-        return value  # an option without a default: the run loop judges it
-    raise ConfigError(f"{where}: must be a boolean, number or string, got {_kind(value)}")
 
 
 def _resources(where: str, value: Any) -> Resources:
@@ -409,7 +383,7 @@ def _tracking_uri(value: Any) -> str:
     if value is None or value is False:
         return NO_TRACKING
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"tracking_uri: must be one of {allowed}; got {_kind(value)}")
+        raise ConfigError(f"tracking_uri: must be one of {allowed}; got {describe(value)}")
     uri = value.strip()
     if uri.lower() == NO_TRACKING:
         return NO_TRACKING
@@ -426,7 +400,7 @@ def _tracking_uri(value: Any) -> str:
 
 def _path(name: str, value: Any) -> Path:
     if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{name}: must be a folder path (a non-empty string), got {_kind(value)}")
+        raise ConfigError(f"{name}: must be a folder path (a non-empty string), got {describe(value)}")
     return _resolve(name, value.strip())
 
 

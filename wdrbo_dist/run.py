@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from wdrbo_dist import __version__
-from wdrbo_dist.records import CORE_COLUMNS, c_columns, x_columns
+from wdrbo_dist.records import SUMMED_COLUMNS, Step, records_from_steps
 
 OptionValue = bool | int | float | str
 
@@ -106,13 +106,7 @@ class RunResult:
             "final_regret": float(r["regret"].iloc[-1]),
             "best_y": float(r["best_y"].iloc[-1]),
             "wall_time_s": self.wall_time_s,
-            "time_fit_s": float(r["time_fit_s"].sum()),
-            "time_acquisition_s": float(r["time_acquisition_s"].sum()),
-            "time_truth_s": float(r["time_truth_s"].sum()),
-            "inner_solve_s": float(r["inner_solve_s"].sum()),
-            "inner_solves": float(r["inner_solves"].sum()),
-            "inner_programs": float(r["inner_programs"].sum()),
-            "inner_failures": float(r["inner_failures"].sum()),
+            **{column: float(r[column].sum()) for column in SUMMED_COLUMNS},
         }
 
 
@@ -214,72 +208,40 @@ def _bayesian_optimisation(spec: RunSpec, progress: bool) -> pd.DataFrame:
     reference_value = float(problem.reference_optimal_value)
     unit_bounds = torch.stack([torch.zeros(problem.dim_x), torch.ones(problem.dim_x)]).to(device, torch.float64)
 
-    xs: list[Tensor] = []  # unit-box decisions
+    xs: list[Tensor] = []  # unit-box decisions: the learner's data
     cs: list[Tensor] = []
     ys: list[Tensor] = []
-    rows: list[dict[str, Any]] = []
-    best_y = -float("inf")
-    cumulative = cumulative_ref = 0.0
+    steps: list[Step] = []
 
-    def record(x_unit: Tensor, timings: dict[str, float], extra: dict[str, Any], step_start: float) -> None:
-        nonlocal best_y, cumulative, cumulative_ref
+    def evaluate(x_unit: Tensor) -> tuple[list[float], list[float], float, float, float]:
+        """Observe f at x (a fresh context) and compute its truth; the learner's data grow."""
         x_real = (lower + span * x_unit.cpu()).unsqueeze(0)
         obs = problem.observe(x_real, gens["environment"])
         t_truth = time.perf_counter()
         expected = float(problem.expected_value(x_real.to(device))[0])
-        timings["time_truth_s"] = time.perf_counter() - t_truth
-        y = float(obs.y[0])
+        time_truth = time.perf_counter() - t_truth
         xs.append(x_unit.cpu())
         cs.append(obs.context[0].to(torch.float64))
         ys.append(obs.y[0].to(torch.float64))
-        best_y = max(best_y, y)
-        regret = optimal_value - expected
-        regret_ref = reference_value - expected
-        cumulative += regret
-        cumulative_ref += regret_ref
-        row: dict[str, Any] = {
-            "step": len(rows) + 1,
-            "y": y,
-            "expected_value": expected,
-            "regret": regret,
-            "regret_reference": regret_ref,
-            "cumulative_regret": cumulative,
-            "cumulative_regret_reference": cumulative_ref,
-            "best_y": best_y,
-            **extra,
-            **timings,
-        }
-        row["time_step_s"] = time.perf_counter() - step_start
-        for i, v in enumerate(x_real[0].tolist()):
-            row[f"x_{i}"] = v
-        for i, v in enumerate(obs.context[0].tolist()):
-            row[f"c_{i}"] = v
-        rows.append(row)
+        return x_real[0].tolist(), obs.context[0].tolist(), float(obs.y[0]), expected, time_truth
 
-    zero_telemetry = {
-        "acquisition_calls": 0, "adam_steps": 0, "fit_attempts": 0,
-        "inner_solves": 0, "inner_programs": 0, "inner_failures": 0, "inner_fallbacks": 0, "inner_solve_s": 0.0,
-    }
     design = scrambled_sobol(spec.init_size, problem.dim_x, gens["design"])
     for x_unit in design:
         start = time.perf_counter()
-        record(
-            x_unit,
-            {"time_fit_s": 0.0, "time_acquisition_s": 0.0},
-            {"is_initial": True, "n_observations": 0, "radius": math.nan, **zero_telemetry},
-            start,
-        )
+        x, c, y, expected, time_truth = evaluate(x_unit)
+        timings = {"time_fit_s": 0.0, "time_acquisition_s": 0.0, "time_truth_s": time_truth}
+        steps.append(Step(x, c, y, expected, is_initial=True, n_observations=0, radius=math.nan,
+                          timings=timings | {"time_step_s": time.perf_counter() - start}))
 
     state = BOState(torch.stack(xs), torch.stack(cs), torch.stack(ys))
     algorithm.setup(state, gens["setup"])
-    steps = range(spec.init_size, spec.evaluations)
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=spec.evaluations, initial=spec.init_size, desc=spec.label, unit="eval")
     settings = algorithm.optimizer_settings()
-    for _ in steps:
+    for _ in range(spec.init_size, spec.evaluations):
         start = time.perf_counter()
         state = BOState(torch.stack(xs), torch.stack(cs), torch.stack(ys))
         inputs = torch.cat([state.x, state.context], dim=-1) if algorithm.uses_context else state.x
@@ -290,30 +252,20 @@ def _bayesian_optimisation(spec: RunSpec, progress: bool) -> pd.DataFrame:
         acquisition = algorithm.acquisition(model, state, gens["algorithm"])
         x_next, _, stats = maximize_acquisition(acquisition, unit_bounds, settings, gens["algorithm"])
         time_acq = time.perf_counter() - t
+        x, c, y, expected, time_truth = evaluate(x_next)
         tel = acquisition.telemetry
-        record(
-            x_next,
-            {"time_fit_s": time_fit, "time_acquisition_s": time_acq},
-            {
-                "is_initial": False,
-                "n_observations": state.n,
-                "radius": float(acquisition.radius),
-                "acquisition_calls": stats.acquisition_calls,
-                "adam_steps": stats.adam_steps,
-                "fit_attempts": fit.attempts,
-                "inner_solves": tel.solves,
-                "inner_programs": tel.programs,
-                "inner_failures": tel.failures,
-                "inner_fallbacks": tel.fallbacks,
-                "inner_solve_s": tel.seconds,
-            },
-            start,
-        )
+        telemetry = {
+            "acquisition_calls": stats.acquisition_calls, "adam_steps": stats.adam_steps,
+            "fit_attempts": fit.attempts, "inner_solves": tel.solves, "inner_programs": tel.programs,
+            "inner_failures": tel.failures, "inner_fallbacks": tel.fallbacks, "inner_solve_s": tel.seconds,
+        }
+        timings = {"time_fit_s": time_fit, "time_acquisition_s": time_acq, "time_truth_s": time_truth}
+        steps.append(Step(x, c, y, expected, is_initial=False, n_observations=state.n,
+                          radius=float(acquisition.radius), telemetry=telemetry,
+                          timings=timings | {"time_step_s": time.perf_counter() - start}))
         if bar is not None:
             bar.update(1)
-            bar.set_postfix(regret=f"{rows[-1]['regret']:.3g}", cum=f"{cumulative:.3g}")
+            bar.set_postfix(regret=f"{optimal_value - expected:.3g}")
     if bar is not None:
         bar.close()
-    frame = pd.DataFrame(rows)
-    ordered = list(CORE_COLUMNS) + x_columns(problem.dim_x) + c_columns(problem.dim_c)
-    return frame[ordered]
+    return records_from_steps(steps, optimal_value, reference_value, problem.dim_x, problem.dim_c)

@@ -76,6 +76,32 @@ def plan_study(study: StudySpec, store: ResultStore, force: bool = False, rerun_
     return Plan(runs=runs, todo=todo, finished=finished, failed=failed)
 
 
+@dataclass
+class StudyStatus:
+    """Per (problem, algorithm): (done, failed, missing) over the seeds; damaged runs (counted
+    missing, one line each) as the store names them."""
+
+    cells: dict[tuple[str, str], tuple[int, int, int]]
+    damaged: list[str]
+
+    @property
+    def totals(self) -> tuple[int, int, int]:
+        return tuple(sum(cell[i] for cell in self.cells.values()) for i in range(3))  # type: ignore[return-value]
+
+
+def study_status(study: StudySpec) -> StudyStatus:
+    """What the store holds of `study`, without changing anything."""
+    store = ResultStore(study.output_dir)
+    finished, failed = store.finished_keys(), store.failed_keys()
+    cells: dict[tuple[str, str], list[int]] = {}
+    for spec in study.runs:
+        cell = cells.setdefault((spec.problem, spec.algorithm), [0, 0, 0])
+        cell[0 if spec.run_key in finished else 1 if spec.run_key in failed else 2] += 1
+    labels = {spec.run_key: spec.label for spec in study.runs}
+    damaged = [damage.line(store.root, labels[damage.run_key]) for damage in store.damaged(labels)]
+    return StudyStatus({key: (d, f, m) for key, (d, f, m) in cells.items()}, damaged)
+
+
 def make_tasks(study: StudySpec, specs: Sequence[RunSpec], tracker: StudyTracker | None) -> list[Task]:
     """Tasks in start order: the longest expected first (ties keep the study's order)."""
     context = tracker.worker_context() if tracker else None

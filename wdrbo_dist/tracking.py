@@ -268,6 +268,27 @@ class WorkerTracking:
         return log_child_run(_client(self.uri), self.experiment_id, self.parent_run_id, result)
 
 
+# --- lookups shared by the driver and the report ------------------------------------------------------
+
+
+def search_all(client: "MlflowClient", experiment_id: str, filter_string: str) -> list[Any]:
+    """Every run of the experiment that matches, page after page (1000 a page)."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def find_parent_run(client: "MlflowClient", experiment_id: str) -> str | None:
+    """The study's parent run (tag role=study; the oldest, as the driver reuses it)."""
+    found = client.search_runs([experiment_id], filter_string="tags.role = 'study'", max_results=1,
+                               order_by=["attributes.start_time ASC"])
+    return found[0].info.run_id if found else None
+
+
 # --- the driver's side ------------------------------------------------------------------------------
 
 
@@ -292,12 +313,9 @@ class StudyTracker:
     def start(self, study: "StudySpec", config_text: str, extra_params: dict[str, str] | None = None) -> None:
         """Get or create the experiment and the parent run (reused when resuming)."""
         self.experiment_id = self._experiment()
-        found = self.client.search_runs(
-            [self.experiment_id], filter_string="tags.role = 'study'", max_results=1,
-            order_by=["attributes.start_time ASC"],
-        )
-        if found:
-            self.parent_run_id = found[0].info.run_id
+        parent = find_parent_run(self.client, self.experiment_id)
+        if parent is not None:
+            self.parent_run_id = parent
             self.client.update_run(self.parent_run_id, status=RUNNING)
         else:
             run = self.client.create_run(
@@ -375,17 +393,9 @@ class StudyTracker:
     def child_runs(self) -> dict[str, list[tuple[str, str]]]:
         """run_key -> [(run_id, status)] of the study's child runs."""
         index: dict[str, list[tuple[str, str]]] = {}
-        token = None
-        while True:
-            page = self.client.search_runs(
-                [self.experiment_id], filter_string="tags.role = 'run'", max_results=1000, page_token=token,
-            )
-            for run in page:
-                key = run.data.tags.get("run_key", "")
-                index.setdefault(key, []).append((run.info.run_id, run.info.status))
-            token = page.token
-            if not token:
-                return index
+        for run in search_all(self.client, self.experiment_id, "tags.role = 'run'"):
+            index.setdefault(run.data.tags.get("run_key", ""), []).append((run.info.run_id, run.info.status))
+        return index
 
     def record(self, result: RunResult, child_run_id: str | None, records_file: Path | None) -> str:
         """Log (driver mode) or close (worker mode) the child run of a result the store holds."""
@@ -418,3 +428,77 @@ class StudyTracker:
                 self.record(store.read_result(key), None, store.records_path(key))
                 logged += 1
         return logged, killed
+
+
+# --- the report: the dashboard on the parent run, one aggregate run per cell -------------------------
+
+AGGREGATE_ROLE = "aggregate"
+
+
+@dataclass
+class AggregateCell:
+    """What one aggregate run holds: a problem x algorithm's curves across seeds and summaries."""
+
+    problem: str
+    algorithm: str
+    fidelity: str
+    finished_seeds: list[int]
+    expected: int
+    curves: dict[str, list[tuple[int, float]]]  # metric -> [(step, value)]
+    summary: dict[str, float]
+    metric_description: str
+    metric_column: str
+    include_initial: bool
+
+
+class MlflowUnavailable(RuntimeError):
+    """The study has no MLflow experiment or parent run to attach the report to."""
+
+
+def log_report(uri: str, study_name: str, dashboard: Path, cells: Iterable[AggregateCell]) -> dict[str, Any]:
+    """Attach the dashboard folder to the parent run and (re)write one aggregate run per cell.
+
+    Aggregate runs of an earlier report are deleted first, so re-running the report leaves one
+    aggregate per cell. Returns the ids for the caller to print.
+    """
+    from mlflow.entities import Metric, Param
+
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
+        # Opening a missing sqlite store would create an empty one, for nothing.
+        raise MlflowUnavailable(f"no MLflow database at {uri[len('sqlite:///'):]}")
+    client = _client(uri)
+    experiment = client.get_experiment_by_name(study_name)
+    if experiment is None or experiment.lifecycle_stage != "active":
+        raise MlflowUnavailable(f"no MLflow experiment named {study_name!r}: run the study with tracking first")
+    experiment_id = experiment.experiment_id
+    parent_id = find_parent_run(client, experiment_id)
+    if parent_id is None:
+        raise MlflowUnavailable(f"experiment {study_name!r} has no study parent run (tag role=study)")
+    client.log_artifacts(parent_id, str(dashboard), artifact_path="dashboard")
+    client.set_tag(parent_id, "dashboard", "dashboard/index.html")
+    for old in search_all(client, experiment_id, f"tags.role = '{AGGREGATE_ROLE}'"):
+        client.delete_run(old.info.run_id)
+    now = int(time.time() * 1000)
+    created: list[str] = []
+    for cell in cells:
+        name = f"agg|{cell.problem}|{cell.algorithm}"
+        n_finished = len(cell.finished_seeds)
+        run = client.create_run(experiment_id, run_name=name, tags={
+            "role": AGGREGATE_ROLE, "study": study_name, "problem": cell.problem, "algorithm": cell.algorithm,
+            "fidelity": cell.fidelity, "study_parent_run_id": parent_id, "metric": cell.metric_description,
+            "cell_status": "complete" if n_finished == cell.expected else ("no runs" if n_finished == 0 else "partial"),
+            "mlflow.runName": name, "version": __version__,
+        })
+        run_id = run.info.run_id
+        metrics = [Metric(key, value, now, step) for key, points in cell.curves.items() for step, value in points]
+        metrics += [Metric(key, value, now, 0) for key, value in cell.summary.items()]
+        seeds = ",".join(map(str, cell.finished_seeds))
+        params = [Param("problem", cell.problem), Param("algorithm", cell.algorithm), Param("fidelity", cell.fidelity),
+                  Param("seeds_finished", seeds[:6000] or "none"), Param("metric_column", cell.metric_column),
+                  Param("include_initial", str(cell.include_initial))]
+        client.log_batch(run_id, params=params)
+        for chunk in _chunks(metrics, BATCH):
+            client.log_batch(run_id, metrics=chunk)
+        client.set_terminated(run_id, status=FINISHED if n_finished else FAILED)
+        created.append(run_id)
+    return {"experiment_id": experiment_id, "parent_run_id": parent_id, "aggregate_run_ids": created}

@@ -74,7 +74,7 @@ def test_contexts_are_redrawn_at_every_call() -> None:
 
 
 def test_fresh_context_ucb_matches_the_gp_posterior_on_both_paths() -> None:
-    from wdrbo_dist.acquisition.stableopt import DIRECT_MAX_BATCH, FreshContextUCB
+    from wdrbo_dist.acquisition.fresh_contexts import DIRECT_MAX_BATCH, FreshContextUCB
 
     problem, state, model = _state_and_model("modified-branin", n=30)
     ucb = FreshContextUCB(model, 1.5)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from analysis_fakes import fill_store, make_study
-from wdrbo_dist.analysis.figures import build_figures, toy_curves
+from wdrbo_dist.analysis.figures import build_figures
+from wdrbo_dist.problems import make_problem
 from wdrbo_dist.analysis.load import load_study
 
 EVALS = 5
@@ -81,7 +82,7 @@ def test_time_bars_stack_to_the_total(items):
 
 
 def test_toy_curves_optima():
-    curves = toy_curves("paper")
+    curves = make_problem("toy-general", "paper").landscape()
     x = curves["x"]
     # E_P* f is maximised at |x| = 0.23875 (spec 4.9), E_P^ f at x = 0 (ERBO's target), and the
     # robust objective close to |x| = 0.24007; the grid step is 0.005.

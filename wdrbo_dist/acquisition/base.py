@@ -10,17 +10,17 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
+from wdrbo_dist.acquisition.options import Option, OptionValue
 from wdrbo_dist.acquisition.optimize import CHEAP, STANDARD, OptimizerSettings
 from wdrbo_dist.models.gp import GaussianProcess
 from wdrbo_dist.problems.base import Problem
 
-OptionDefaults = dict[str, tuple[Any, Any]]  # name -> (paper default, reference default)
 
 
 @dataclass
@@ -65,34 +65,34 @@ def context_pairs(x: Tensor, contexts: Tensor) -> Tensor:
     return torch.cat([x.unsqueeze(1).expand(b, n, -1), contexts.unsqueeze(0).expand(b, n, -1)], dim=-1)
 
 
-COMMON_OPTIONS: OptionDefaults = {
-    "beta": (1.5, 1.5),  # the sigma multiplier of the UCB (spec 1.5)
+COMMON_OPTIONS: dict[str, Option] = {
+    "beta": Option.same(1.5),  # the sigma multiplier of the UCB (spec 1.5)
     # spec 1.6: the paper profile clamps the Adam parameter into the box at every step; the
     # published code (BoTorch's gen_candidates_torch) evaluates a clamped copy and lets the
     # parameter itself leave the box.
-    "adam_projected": (True, False),
+    "adam_projected": Option(True, False),
 }
 
 
-def _settings_options(settings: OptimizerSettings) -> OptionDefaults:
+def _settings_options(settings: OptimizerSettings) -> dict[str, Option]:
     return {
-        "num_restarts": (settings.num_restarts, settings.num_restarts),
-        "raw_samples": (settings.raw_samples, settings.raw_samples),
-        "batch_limit": (settings.batch_limit, settings.batch_limit),
+        "num_restarts": Option.same(settings.num_restarts),
+        "raw_samples": Option.same(settings.raw_samples),
+        "batch_limit": Option.same(settings.batch_limit),
     }
 
 
 class Algorithm(abc.ABC):
     """A BO algorithm: its surrogate inputs, its acquisition, its optimiser setting."""
 
-    name: ClassVar[str]
+    name: ClassVar[str]  # the registry key, used in configs and run keys
+    display_name: ClassVar[str]  # as the paper writes it: tables, figures, the dashboard
+    colour: ClassVar[str | None] = None  # its colour in every figure (None: one of a spare palette)
     description: ClassVar[str]
     uses_context: ClassVar[bool] = True  # GP on [x, c] (False: on x only, GP-UCB)
     settings: ClassVar[OptimizerSettings] = STANDARD
     relative_cost: ClassVar[float] = 1.0  # expected run time relative to ERBO (scheduling)
-    OPTIONS: ClassVar[OptionDefaults] = {}
-    # A default that depends on other options, said where `wdrbo-dist list` shows the option.
-    OPTION_NOTES: ClassVar[dict[str, str]] = {}
+    OPTIONS: ClassVar[dict[str, Option]] = {}  # this algorithm's own options (see options.py)
 
     def __init__(self, problem: Problem, fidelity: str, options: Mapping[str, Any] | None = None) -> None:
         self.problem = problem
@@ -105,32 +105,29 @@ class Algorithm(abc.ABC):
         return cls.relative_cost
 
     @classmethod
-    def option_defaults(cls) -> OptionDefaults:
+    def declared_options(cls) -> dict[str, Option]:
+        """Every option this algorithm takes: the common ones, the optimiser's, its own."""
         return {**COMMON_OPTIONS, **_settings_options(cls.settings), **cls.OPTIONS}
 
     @classmethod
-    def resolve_options(cls, fidelity: str, given: Mapping[str, Any]) -> dict[str, Any]:
-        """The profile's defaults overridden by `given`; unknown names or wrong types raise."""
-        defaults = cls.option_defaults()
-        unknown = sorted(set(given) - set(defaults))
-        if unknown:
+    def check_option(cls, name: str, value: Any) -> OptionValue:
+        """`value` as option `name` stores it; ValueError naming the option and what it takes."""
+        declared = cls.declared_options()
+        if name not in declared:
             raise ValueError(
-                f"unknown option {unknown[0]!r} for algorithm {cls.name!r}; allowed: {', '.join(sorted(defaults))}"
+                f"unknown option {name!r} for algorithm {cls.name!r}; allowed: {', '.join(sorted(declared))}"
             )
-        column = 0 if fidelity == "paper" else 1
-        resolved = {name: pair[column] for name, pair in defaults.items()}
-        for name, value in given.items():
-            expected = type(resolved[name])
-            ok = isinstance(value, expected) and not (expected is not bool and isinstance(value, bool))
-            if expected is float and isinstance(value, int) and not isinstance(value, bool):
-                value, ok = float(value), True
-            if not ok:
-                raise ValueError(
-                    f"option {name!r} of algorithm {cls.name!r} must be a {expected.__name__}, got {value!r}"
-                )
-            if expected in (int, float) and value < 0:
-                raise ValueError(f"option {name!r} of algorithm {cls.name!r} must be >= 0, got {value!r}")
-            resolved[name] = value
+        try:
+            return declared[name].check(value)
+        except ValueError as exc:
+            raise ValueError(f"option {name!r} of algorithm {cls.name!r} {exc}") from None
+
+    @classmethod
+    def resolve_options(cls, fidelity: str, given: Mapping[str, Any]) -> dict[str, Any]:
+        """The profile's defaults overridden by `given`; unknown names or bad values raise."""
+        resolved = {name: option.default(fidelity) for name, option in cls.declared_options().items()}
+        for name in sorted(given):
+            resolved[name] = cls.check_option(name, given[name])
         return resolved
 
     def optimizer_settings(self) -> OptimizerSettings:

@@ -35,10 +35,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.acquisition.optimize import scrambled_sobol
-from wdrbo_dist.acquisition.stableopt import FreshContextUCB
+from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
 from wdrbo_dist.models.gp import GaussianProcess
 
 
@@ -177,16 +178,18 @@ class DRBOKDEAcquisition(Acquisition):
 
 class DRBOKDE(Algorithm):
     name = "drbo-kde"
+    display_name = "DRBO-KDE"
+    colour = "#ff7f0e"
     description = "DRBO-KDE: worst-case mean UCB over a total-variation ball around 1024 KDE samples"
     settings = CHEAP
     relative_cost = 4.4  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py)
     OPTIONS = {
-        "kde_samples": (1024, 1024),
-        "min_points": (1024, 1024),  # Sobol points for m(x) = min_c UCB(x, c), redrawn every call
-        "radius_scale": (1.0, 1.0),  # eps_n = radius_scale * n^(-2/(4+d_c))
-        "drbokde_minbox_sign_bug": (False, True),  # spec 8.2: m(x) searched over [lb-(ub-lb), lb]
-        "drbokde_closed_form": (True, True),  # Project decision 4: same value as the LP, batched
-        "drbokde_min_detached": (True, True),  # spec 8.15: m(x) adds to the value, not the gradient
+        "kde_samples": Option(1024, 1024),
+        "min_points": Option(1024, 1024),  # Sobol points for m(x) = min_c UCB(x, c), redrawn every call
+        "radius_scale": Option(1.0, 1.0),  # eps_n = radius_scale * n^(-2/(4+d_c))
+        "drbokde_minbox_sign_bug": Option(False, True),  # spec 8.2: m(x) searched over [lb-(ub-lb), lb]
+        "drbokde_closed_form": Option(True, True),  # Project decision 4: same value as the LP, batched
+        "drbokde_min_detached": Option(True, True),  # spec 8.15: m(x) adds to the value, not the gradient
     }
 
     def radius(self, n: int) -> float:

@@ -24,6 +24,7 @@ import time
 import torch
 from torch import Tensor
 
+from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.mmd_common import (
     MMD_RADIUS_CONSTANT,
@@ -105,14 +106,16 @@ class MinimaxAcquisition(Acquisition):
 
 class DRBOMMDMinimax(Algorithm):
     name = "drbo-mmd-minimax"
+    display_name = "DRBO-MMD Minimax"
+    colour = "#8c564b"
     description = "DRBO-MMD minimax approximation: closed-form worst-case sensitivity on a 1024-point grid"
     relative_cost = 6.5  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py)
     OPTIONS = {
-        "grid_size": (1024, 1024),  # points of the context discretisation (spec 3.7)
-        "radius_constant": (MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT),  # r_n = constant / sqrt(n)
-        "mmd_diagonal_grid": (False, True),  # spec 8.3: d_c >= 2 uses the box diagonal
-        "minimax_case3_zero_bug": (False, True),  # spec 8.4: case 3 -> 0 if any case 2 in the call
-        "minimax_uniform_mean": (False, True),  # spec 8.4: unweighted grid mean instead of E_w
+        "grid_size": Option(1024, 1024),  # points of the context discretisation (spec 3.7)
+        "radius_constant": Option(MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT),  # r_n = constant / sqrt(n)
+        "mmd_diagonal_grid": Option(False, True),  # spec 8.3: d_c >= 2 uses the box diagonal
+        "minimax_case3_zero_bug": Option(False, True),  # spec 8.4: case 3 -> 0 if any case 2 in the call
+        "minimax_uniform_mean": Option(False, True),  # spec 8.4: unweighted grid mean instead of E_w
     }
 
     _grid: Tensor | None = None

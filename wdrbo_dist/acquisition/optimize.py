@@ -14,7 +14,7 @@ Every random draw (Sobol scrambles, Boltzmann sampling) comes from the run's CPU
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -45,7 +45,6 @@ CHEAP = OptimizerSettings(num_restarts=5, raw_samples=64, batch_limit=64)
 class OptimizationStats:
     acquisition_calls: int = 0
     adam_steps: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 def draw_seed(generator: torch.Generator) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.models.gp import GaussianProcess
@@ -30,10 +31,12 @@ class SampleAverageUCB(Acquisition):
 
 class SBOKDE(Algorithm):
     name = "sbo-kde"
+    display_name = "SBO-KDE"
+    colour = "#2ca02c"
     description = "SBO-KDE: mean UCB over 512 KDE samples of the observed contexts, redrawn every step"
     relative_cost = 3.9  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py)
     OPTIONS = {
-        "kde_samples": (512, 512),  # the WDRBO repository's count (sbokde upstream: 1024), spec 8.23
+        "kde_samples": Option(512, 512),  # the WDRBO repository's count (sbokde upstream: 1024), spec 8.23
     }
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:

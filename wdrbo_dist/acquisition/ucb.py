@@ -7,6 +7,7 @@ import math
 import torch
 from torch import Tensor
 
+from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.models.gp import GaussianProcess
 
@@ -25,13 +26,15 @@ class UpperConfidenceBound(Acquisition):
 
 class GPUCB(Algorithm):
     name = "gp-ucb"
+    display_name = "GP-UCB"
+    colour = "#7f7f7f"
     description = "GP-UCB on the decision only, ignoring the context"
     uses_context = False
     relative_cost = 0.4  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py)
     OPTIONS = {
         # The reference passes beta to BoTorch's UpperConfidenceBound, which multiplies sigma by
         # sqrt(beta) (spec 1.5, 8.7); the paper profile uses beta itself, like every other method.
-        "gpucb_sqrt_beta": (False, True),
+        "gpucb_sqrt_beta": Option(False, True),
     }
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:

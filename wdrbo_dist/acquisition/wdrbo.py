@@ -14,7 +14,8 @@ import math
 import torch
 from torch import Tensor
 
-from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState, context_pairs
+from wdrbo_dist.acquisition.options import Option
+from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.models.gp import GaussianProcess
 
 
@@ -77,18 +78,20 @@ class WassersteinUCB(Acquisition):
 
 class WDRBO(Algorithm):
     name = "wdrbo"
+    display_name = "WDRBO"
+    colour = "#d62728"
     description = "Wasserstein DRBO: mean UCB over the observed contexts minus eps_n * L(x) (the proposed method)"
     relative_cost = 1.75  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py)
     OPTIONS = {
-        "radius_constant": (0.3, 0.3),  # eps_n = radius_constant / sqrt(n)
-        "lipschitz_points": (100, 100),  # uniform context points for L(x), drawn once per run
+        "radius_constant": Option(0.3, 0.3),  # eps_n = radius_constant / sqrt(n)
+        "lipschitz_points": Option(100, 100),  # uniform context points for L(x), drawn once per run
         # spec 8.8: the code's L(x) adds to the value but not to the Adam gradient; the paper
         # profile differentiates it, so that Adam climbs the acquisition the paper defines.
-        "wdrbo_L_detached": (False, True),
+        "wdrbo_L_detached": Option(False, True),
         # The code draws the points on the context domain box once per run. The paper profile
         # maps the same uniform draws, at every step, onto the smallest box that holds the
         # domain box and every observed context: the toy's contexts (not clipped) leave [0, 1].
-        "wdrbo_L_cover_observed": (True, False),
+        "wdrbo_L_cover_observed": Option(True, False),
     }
 
     def setup(self, state: BOState, generator: torch.Generator) -> None:
@@ -140,6 +143,8 @@ class WDRBO(Algorithm):
 
 class ERBO(WDRBO):
     name = "erbo"
+    display_name = "ERBO"
+    colour = "#1f77b4"
     description = "Empirical-risk BO: mean UCB over the observed contexts (WDRBO with eps = 0)"
     relative_cost = 1.0
     OPTIONS = {}

@@ -20,10 +20,6 @@ from wdrbo_dist.analysis.load import FINISHED, StudyData
 from wdrbo_dist.analysis.statistics import grouped_mean_se, mean_se, significant_digits_format
 from wdrbo_dist.analysis.tables import algorithm_name, problem_name
 
-COLOURS = {
-    "wdrbo": "#d62728", "erbo": "#1f77b4", "gp-ucb": "#7f7f7f", "sbo-kde": "#2ca02c",
-    "drbo-kde": "#ff7f0e", "drbo-mmd": "#9467bd", "drbo-mmd-minimax": "#8c564b", "stableopt": "#e377c2",
-}
 EXTRA_COLOURS = ("#17becf", "#bcbd22", "#393b79", "#637939")
 MAIN_TEXT_ALGORITHMS = ("wdrbo", "erbo", "gp-ucb", "sbo-kde", "drbo-kde")  # the paper's Fig. 1
 TOY = "toy-general"
@@ -45,8 +41,12 @@ class FigureItem:
 
 
 def colour(algorithm: str, order: Sequence[str] = ()) -> str:
-    if algorithm in COLOURS:
-        return COLOURS[algorithm]
+    """The colour the algorithm's class declares, else one of EXTRA_COLOURS by its position."""
+    from wdrbo_dist.algorithms import ALGORITHMS
+
+    declared = ALGORITHMS[algorithm].colour if algorithm in ALGORITHMS else None
+    if declared:
+        return declared
     index = list(order).index(algorithm) if algorithm in order else len(algorithm)
     return EXTRA_COLOURS[index % len(EXTRA_COLOURS)]
 
@@ -162,43 +162,6 @@ def cumulative_regret_items(data: StudyData, fidelity: str) -> list[FigureItem]:
 # --- the general-setting toy (spec 4.9) ------------------------------------------------------------
 
 
-def toy_curves(fidelity: str, grid: int = 401) -> dict[str, np.ndarray | float]:
-    """f's expectations on an x grid: under the centre P̂, under P*, and the robust objective.
-
-    The robust objective E_P̂ f(x) − ε·L(x) uses L(x), the Lipschitz constant of f(x, ·) in c,
-    estimated by finite differences over the contexts P̂ and P* put mass on: it is the quantity
-    WDRBO's acquisition bounds, computed with the true f instead of the UCB.
-    """
-    import torch
-
-    from wdrbo_dist.problems import make_problem
-
-    problem = make_problem(TOY, fidelity)
-    centre = problem.centre_distribution()
-    lo, hi = (float(v) for v in problem.decision_bounds[:, 0])
-    x = torch.linspace(lo, hi, grid, dtype=torch.float64)
-    nodes, weights, radius = centre.nodes, centre.weights, float(centre.radius)
-    e_centre = problem.expected_value_under_centre(x[:, None])  # exact, not the quadrature
-    e_true = problem.expected_value(x[:, None])
-    # The contexts that matter: the central 99.8% of P* (sampled) and of P̂ (its quadrature).
-    draws = problem.sample_context(4096, torch.Generator().manual_seed(0))[:, 0]
-    order = torch.argsort(nodes[:, 0])
-    cdf = torch.cumsum(weights[order], 0)
-    sorted_nodes = nodes[order, 0]
-    centre_lo = sorted_nodes[int(torch.searchsorted(cdf, torch.tensor(0.001, dtype=cdf.dtype)))]
-    centre_hi = sorted_nodes[min(len(cdf) - 1, int(torch.searchsorted(cdf, torch.tensor(0.999, dtype=cdf.dtype))))]
-    c_lo = float(min(centre_lo, torch.quantile(draws, 0.001)))
-    c_hi = float(max(centre_hi, torch.quantile(draws, 0.999)))
-    c = torch.linspace(c_lo, c_hi, 241, dtype=torch.float64)
-    f_xc = problem.evaluate(x[:, None, None], c[None, :, None])  # [grid, 241]
-    lipschitz = (f_xc.diff(dim=1).abs() / c.diff()[None, :]).max(dim=1).values
-    return {
-        "x": x.numpy(), "c": c.numpy(), "f": f_xc.numpy().T, "e_centre": e_centre.numpy(),
-        "e_true": e_true.numpy(), "robust": (e_centre - radius * lipschitz).numpy(), "radius": radius,
-        "optimal_value": float(problem.optimal_value),
-    }
-
-
 def _argmaxes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """All grid maximisers (f is even in x: both ±x* are shown)."""
     top = np.nanmax(y)
@@ -223,7 +186,9 @@ def toy_item(data: StudyData, fidelity: str) -> FigureItem | None:
     """f with its optima under P̂ and P*, and WDRBO vs ERBO cumulative regret (paper Fig. a, b)."""
     if TOY not in data.problems:
         return None
-    curves = toy_curves(fidelity)
+    from wdrbo_dist.problems import make_problem
+
+    curves = make_problem(TOY, fidelity).landscape()
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.09, subplot_titles=[
         "f(x, c)", "E f(x) under P̂ (centre) and P* (true)", "Cumulative regret"])
     x, c = curves["x"], curves["c"]

@@ -22,7 +22,7 @@ from wdrbo_dist.store import ResultStore
 FINISHED, FAILED, MISSING = "finished", "failed", "missing"
 STATUSES = (FINISHED, FAILED, MISSING)
 
-TIME_COLUMNS = ("time_fit_s", "time_acquisition_s", "inner_solve_s", "time_truth_s")
+TIME_COLUMNS = ("time_fit_s", "time_acquisition_s", "inner_solve_s", "time_truth_s")  # summed per run
 CELL = ["fidelity", "problem", "algorithm"]
 
 

@@ -6,9 +6,9 @@ Layout under `dashboards/<study>/`:
     tables/<name>.csv   the tables as numbers (long format, one row per cell or test)
     figures/<name>.json the plotly figures (plotly's JSON: reopen with plotly.io.read_json)
 
-MLflow: the page, summary, tables and figures become artifacts (`dashboard/`) of the study's
-parent run, and one aggregate run per problem x algorithm (tag role=aggregate) holds the
-per-step mean and standard error across seeds, so the MLflow UI can overlay algorithms.
+MLflow: `aggregate_cells` computes what one aggregate run per problem x algorithm holds (the
+per-step mean and standard error across seeds, so the MLflow UI can overlay algorithms);
+`tracking.log_report` logs them and the page. This module only writes files.
 """
 
 from __future__ import annotations
@@ -16,21 +16,23 @@ from __future__ import annotations
 import datetime as _dt
 import html
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from wdrbo_dist import __version__
 from wdrbo_dist.analysis.figures import FigureItem, build_figures
 from wdrbo_dist.analysis.load import FAILED, FINISHED, MISSING, StudyData
 from wdrbo_dist.analysis.statistics import grouped_mean_se
+from wdrbo_dist import __version__
 from wdrbo_dist.analysis.tables import DISPLAY_FILES, MAIN_TITLE, Tables, build_tables, markdown_report, to_markdown
+
+if TYPE_CHECKING:
+    from wdrbo_dist.tracking import AggregateCell
 
 MAX_LISTED_PROBLEMS = 200  # failed/missing runs listed on the page (all of them are in the CSV)
 
@@ -211,126 +213,58 @@ def build_report(data: StudyData, folder: Path, source: str = "") -> tuple[Table
     return tables, files
 
 
-# --- MLflow ------------------------------------------------------------------------------------------
+# --- what MLflow's aggregate runs hold ------------------------------------------------------------
 
-AGGREGATE_ROLE = "aggregate"
-STEP_VALUES = {"cumulative_regret": "cumulative_regret", "regret": "regret", "elapsed_s": "elapsed_s"}
-
-
-class MlflowUnavailable(RuntimeError):
-    """The study has no MLflow experiment or parent run to attach the report to."""
+STEP_VALUES = ("cumulative_regret", "regret", "elapsed_s")  # the curves an aggregate run holds
 
 
-def find_parent_run(client: Any, study_name: str) -> tuple[str, str]:
-    """(experiment_id, parent run id): the tracker's experiment is named after the study and
-    its parent run carries tag role=study (the oldest one, as the tracker reuses it)."""
-    experiment = client.get_experiment_by_name(study_name)
-    if experiment is None or experiment.lifecycle_stage != "active":
-        raise MlflowUnavailable(f"no MLflow experiment named {study_name!r}: run the study with tracking first")
-    found = client.search_runs([experiment.experiment_id], filter_string="tags.role = 'study'", max_results=1,
-                               order_by=["attributes.start_time ASC"])
-    if not found:
-        raise MlflowUnavailable(f"experiment {study_name!r} has no study parent run (tag role=study)")
-    return experiment.experiment_id, found[0].info.run_id
-
-
-def aggregate_metrics(data: StudyData, fidelity: str, problem: str, algorithm: str,
-                      rank: float | None, timestamp: int) -> list[Any]:
-    """Per-step mean / SE across seeds, plus run-level summary metrics (NaNs are skipped)."""
-    from mlflow.entities import Metric
-
-    metrics: list[Metric] = []
-    steps = data.steps[(data.steps["fidelity"] == fidelity) & (data.steps["problem"] == problem)
-                       & (data.steps["algorithm"] == algorithm)]
-    for name, column in STEP_VALUES.items():
-        if steps.empty:
-            break
-        stats = grouped_mean_se(steps, ["step"], column)
-        for row in stats.itertuples():
-            for suffix, value in (("mean", row.mean), ("se", row.se)):
-                if math.isfinite(value):
-                    metrics.append(Metric(f"{name}_{suffix}", float(value), timestamp, int(row.step)))
-        metrics.append(Metric(f"{name}_n_seeds", float(stats["n"].min()), timestamp, 0))
-    runs = data.runs[(data.runs["fidelity"] == fidelity) & (data.runs["problem"] == problem)
-                     & (data.runs["algorithm"] == algorithm)]
-    finished = runs[runs["status"] == FINISHED]
+def aggregate_cells(data: StudyData, tables: Tables, fidelity: str) -> list["AggregateCell"]:
+    """One aggregate per problem x algorithm with runs: per-step mean / SE across seeds of
+    `STEP_VALUES`, and run-level summaries (non-finite values are left out)."""
     from wdrbo_dist.analysis.statistics import mean_se
+    from wdrbo_dist.tracking import AggregateCell
 
-    summary = {
-        "n_expected": float(len(runs)),
-        "n_finished": float(len(finished)),
-        "n_failed": float((runs["status"] == FAILED).sum()),
-        "n_missing": float((runs["status"] == MISSING).sum()),
-    }
-    for column in ("final_cumulative_regret", "wall_time_s", "time_fit_s", "time_acquisition_s", "inner_solve_s"):
-        stat = mean_se(finished[column])
-        summary[f"{column}_mean"], summary[f"{column}_se"] = stat.mean, stat.se
-    if rank is not None:
-        summary["average_rank"] = rank
-    metrics += [Metric(k, float(v), timestamp, 0) for k, v in summary.items() if math.isfinite(v)]
-    return metrics
-
-
-def log_to_mlflow(tracking_uri: str, study_name: str, data: StudyData, tables: Tables, files: ReportFiles,
-                  fidelity: str) -> dict[str, Any]:
-    """Attach the report to the parent run and (re)write one aggregate run per problem x algorithm.
-
-    Aggregate runs of an earlier report are deleted first, so re-running the report leaves one
-    aggregate per cell. Returns the ids for the caller to print.
-    """
-    from mlflow.entities import Param
-    from mlflow.tracking import MlflowClient
-
-    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_file():
-        # Opening a missing sqlite store would create an empty one, for nothing.
-        raise MlflowUnavailable(f"no MLflow database at {tracking_uri[len('sqlite:///'):]}")
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiment_id, parent_id = find_parent_run(client, study_name)
-    client.log_artifacts(parent_id, str(files.folder), artifact_path="dashboard")
-    client.set_tag(parent_id, "dashboard", "dashboard/index.html")
-
-    for old in _search_all(client, experiment_id, f"tags.role = '{AGGREGATE_ROLE}'"):
-        client.delete_run(old.info.run_id)
+    cells = []
     ranks = tables.ranks
-    now = int(time.time() * 1000)
-    created: list[str] = []
     for problem in data.problems:
         for algorithm in data.algorithms:
-            cell = data.runs[(data.runs["fidelity"] == fidelity) & (data.runs["problem"] == problem)
+            runs = data.runs[(data.runs["fidelity"] == fidelity) & (data.runs["problem"] == problem)
                              & (data.runs["algorithm"] == algorithm)]
-            if cell.empty:
+            if runs.empty:
                 continue
+            steps = data.steps[(data.steps["fidelity"] == fidelity) & (data.steps["problem"] == problem)
+                               & (data.steps["algorithm"] == algorithm)]
+            curves: dict[str, list[tuple[int, float]]] = {}
+            summary: dict[str, float] = {}
+            for column in STEP_VALUES if not steps.empty else ():
+                stats = grouped_mean_se(steps, ["step"], column)
+                for suffix in ("mean", "se"):
+                    curves[f"{column}_{suffix}"] = [
+                        (int(step), float(value)) for step, value in zip(stats["step"], stats[suffix])
+                        if math.isfinite(value)
+                    ]
+                summary[f"{column}_n_seeds"] = float(stats["n"].min())
+            finished = runs[runs["status"] == FINISHED]
+            summary |= {
+                "n_expected": float(len(runs)),
+                "n_finished": float(len(finished)),
+                "n_failed": float((runs["status"] == FAILED).sum()),
+                "n_missing": float((runs["status"] == MISSING).sum()),
+            }
+            for column in ("final_cumulative_regret", "wall_time_s", "time_fit_s", "time_acquisition_s",
+                           "inner_solve_s"):
+                stat = mean_se(finished[column])
+                summary[f"{column}_mean"], summary[f"{column}_se"] = stat.mean, stat.se
             match = ranks[(ranks["fidelity"] == fidelity) & (ranks["problem"] == problem)
                           & (ranks["algorithm"] == algorithm)]
-            rank = float(match["average_rank"].iloc[0]) if len(match) else None
-            name = f"agg|{problem}|{algorithm}"
-            n_finished = int((cell["status"] == FINISHED).sum())
-            run = client.create_run(experiment_id, run_name=name, tags={
-                "role": AGGREGATE_ROLE, "study": study_name, "problem": problem, "algorithm": algorithm,
-                "fidelity": fidelity, "study_parent_run_id": parent_id, "metric": data.metric.description,
-                "cell_status": "complete" if n_finished == len(cell) else ("no runs" if n_finished == 0 else "partial"),
-                "mlflow.runName": name, "version": __version__,
-            })
-            run_id = run.info.run_id
-            metrics = aggregate_metrics(data, fidelity, problem, algorithm, rank, now)
-            seeds = ",".join(str(s) for s in sorted(cell.loc[cell["status"] == FINISHED, "seed"]))
-            params = [Param("problem", problem), Param("algorithm", algorithm), Param("fidelity", fidelity),
-                      Param("seeds_finished", seeds[:6000] or "none"),
-                      Param("metric_column", data.metric.column),
-                      Param("include_initial", str(data.metric.include_initial))]
-            client.log_batch(run_id, params=params)
-            for start in range(0, len(metrics), 1000):
-                client.log_batch(run_id, metrics=metrics[start : start + 1000])
-            client.set_terminated(run_id, status="FINISHED" if n_finished else "FAILED")
-            created.append(run_id)
-    return {"experiment_id": experiment_id, "parent_run_id": parent_id, "aggregate_run_ids": created}
-
-
-def _search_all(client: Any, experiment_id: str, filter_string: str) -> list[Any]:
-    runs, token = [], None
-    while True:
-        page = client.search_runs([experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
+            if len(match):
+                summary["average_rank"] = float(match["average_rank"].iloc[0])
+            seeds = sorted(int(s) for s in finished["seed"])
+            cells.append(AggregateCell(
+                problem=problem, algorithm=algorithm, fidelity=fidelity, finished_seeds=seeds,
+                expected=len(runs), curves=curves,
+                summary={k: v for k, v in summary.items() if math.isfinite(v)},
+                metric_description=data.metric.description, metric_column=data.metric.column,
+                include_initial=data.metric.include_initial,
+            ))
+    return cells

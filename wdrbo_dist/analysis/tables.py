@@ -26,26 +26,18 @@ from wdrbo_dist.analysis.statistics import (
 REFERENCE_ALGORITHM = "wdrbo"
 ALPHA = 0.05
 
-# Display names as in the paper.
-ALGORITHM_NAMES = {
-    "wdrbo": "WDRBO", "erbo": "ERBO", "gp-ucb": "GP-UCB", "sbo-kde": "SBO-KDE",
-    "drbo-kde": "DRBO-KDE", "drbo-mmd": "DRBO-MMD", "drbo-mmd-minimax": "DRBO-MMD Minimax",
-    "stableopt": "StableOpt",
-}
-PROBLEM_NAMES = {
-    "ackley": "Ackley", "hartmann": "Hartmann", "modified-branin": "Modified Branin",
-    "newsvendor": "Newsvendor", "portfolio-uniform": "Portfolio (Uniform)",
-    "portfolio-normal": "Portfolio (Normal)", "three-hump-camel": "Three-Hump Camel",
-    "six-hump-camel": "Six-Hump Camel", "toy-general": "General setting (toy)",
-}
-
-
 def algorithm_name(name: str) -> str:
-    return ALGORITHM_NAMES.get(name, name)
+    """The display name the algorithm's class declares (the key itself if it is not registered)."""
+    from wdrbo_dist.algorithms import ALGORITHMS
+
+    return ALGORITHMS[name].display_name if name in ALGORITHMS else name
 
 
 def problem_name(name: str) -> str:
-    return PROBLEM_NAMES.get(name, name)
+    """The display name the problem's class declares (the key itself if it is not registered)."""
+    from wdrbo_dist.problems import PROBLEMS
+
+    return PROBLEMS[name].display_name if name in PROBLEMS else name
 
 
 # --- cell status -----------------------------------------------------------------------------------

@@ -2,8 +2,7 @@
 
 `serial` runs in the driver, `local` in a process pool, `ray` as Ray tasks (a local Ray or a
 cluster). All three call `execute`, so the same spec gives the same records everywhere; only
-where the work happens differs. `jobs` is not a backend: it submits the whole driver to a
-Ray cluster through the Jobs API.
+where the work happens differs. (Submitting a whole driver to a cluster is `wdrbo_dist.submit`.)
 """
 
 from __future__ import annotations

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import cast
 
 from wdrbo_dist.problems.ackley import Ackley
-from wdrbo_dist.problems.base import FIDELITIES, CentreDistribution, Fidelity, Observation, Problem
+from wdrbo_dist.problems.base import (
+    FIDELITIES, CentreDistribution, Fidelity, Observation, Problem, missing_constants,
+)
 from wdrbo_dist.problems.branin import ModifiedBranin
 from wdrbo_dist.problems.camel import SixHumpCamel, ThreeHumpCamel
 from wdrbo_dist.problems.hartmann import Hartmann
@@ -13,20 +15,25 @@ from wdrbo_dist.problems.newsvendor import Newsvendor
 from wdrbo_dist.problems.portfolio import PortfolioNormal, PortfolioUniform
 from wdrbo_dist.problems.toy import ToyGeneral
 
-PROBLEMS: dict[str, type[Problem]] = {
-    cls.name: cls
-    for cls in (
-        Ackley,
-        Hartmann,
-        ModifiedBranin,
-        Newsvendor,
-        PortfolioUniform,
-        PortfolioNormal,
-        ThreeHumpCamel,
-        SixHumpCamel,
-        ToyGeneral,
-    )
-}
+
+def registry(*classes: type[Problem]) -> dict[str, type[Problem]]:
+    """name -> class; a class that lacks a constant every problem declares is refused here."""
+    for cls in classes:
+        if missing := missing_constants(cls):
+            raise TypeError(f"problem class {cls.__name__} does not declare {', '.join(missing)}")
+    return {cls.name: cls for cls in classes}
+
+
+PROBLEMS: dict[str, type[Problem]] = registry(
+    Ackley, Hartmann, ModifiedBranin, Newsvendor, PortfolioUniform, PortfolioNormal, ThreeHumpCamel,
+    SixHumpCamel, ToyGeneral,
+)
+
+
+def register_problem(cls: type[Problem]) -> type[Problem]:
+    """Add a problem class defined outside this package (usable as a class decorator)."""
+    PROBLEMS.update(registry(cls))
+    return cls
 
 
 def problem_names() -> list[str]:
@@ -53,4 +60,5 @@ __all__ = [
     "Problem",
     "make_problem",
     "problem_names",
+    "register_problem",
 ]

@@ -18,6 +18,7 @@ class Ackley(ClampedNormalProblem):
     """f = -Ackley(65.536 u - 32.768), u = [x1, x2, c], c ~ clamp N(0.5, 0.2^2)."""
 
     name: ClassVar[str] = "ackley"
+    display_name: ClassVar[str] = "Ackley"
     dim_x: ClassVar[int] = 2
     dim_c: ClassVar[int] = 1
     qmc_size: ClassVar[int] = 655_360  # not a power of two; the first 655,360 Sobol points

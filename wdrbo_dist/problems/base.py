@@ -47,7 +47,8 @@ class CentreDistribution:
 class Problem(abc.ABC):
     """A contextual test problem: max_x E_{c~P*}[f(x, c)]."""
 
-    name: ClassVar[str]
+    name: ClassVar[str]  # the registry key, used in configs and run keys
+    display_name: ClassVar[str]  # as the paper writes it: tables, figures, the dashboard
     dim_x: ClassVar[int]
     dim_c: ClassVar[int]
 
@@ -110,6 +111,16 @@ class Problem(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(fidelity={self.fidelity!r})"
+
+
+# What a registered problem class must declare (as class attributes or properties): a missing
+# one would otherwise show up only as a failed run or a raw name in a table.
+REQUIRED_CONSTANTS = ("name", "display_name", "dim_x", "dim_c", "optimal_value", "optimal_x",
+                      "reference_optimal_value")
+
+
+def missing_constants(cls: type[Problem]) -> list[str]:
+    return [constant for constant in REQUIRED_CONSTANTS if not hasattr(cls, constant)]
 
 
 def sobol_points(n: int, dim: int) -> Tensor:

@@ -30,6 +30,7 @@ class ModifiedBranin(ClampedNormalProblem):
     """
 
     name: ClassVar[str] = "modified-branin"
+    display_name: ClassVar[str] = "Modified Branin"
     dim_x: ClassVar[int] = 2
     dim_c: ClassVar[int] = 2
 

@@ -26,6 +26,7 @@ class ThreeHumpCamel(ClampedNormalProblem):
     """f = -camel3(2x - 1, 2c - 1), c ~ clamp N(0.5, 0.2^2) as in the code (the paper says uniform)."""
 
     name: ClassVar[str] = "three-hump-camel"
+    display_name: ClassVar[str] = "Three-Hump Camel"
     dim_x: ClassVar[int] = 1
     dim_c: ClassVar[int] = 1
 
@@ -48,6 +49,7 @@ class SixHumpCamel(ClampedNormalProblem):
     """
 
     name: ClassVar[str] = "six-hump-camel"
+    display_name: ClassVar[str] = "Six-Hump Camel"
     dim_x: ClassVar[int] = 1
     dim_c: ClassVar[int] = 1
     context_mean: ClassVar[float] = 0.6

@@ -37,6 +37,7 @@ class Hartmann(ClampedNormalProblem):
     """f = +H(u), u = [x1..x5, c], c ~ clamp N(0.5, 0.2^2)."""
 
     name: ClassVar[str] = "hartmann"
+    display_name: ClassVar[str] = "Hartmann"
     dim_x: ClassVar[int] = 5
     dim_c: ClassVar[int] = 1
 

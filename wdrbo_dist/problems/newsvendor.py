@@ -28,6 +28,7 @@ class Newsvendor(QMCProblem):
     """
 
     name: ClassVar[str] = "newsvendor"
+    display_name: ClassVar[str] = "Newsvendor"
     dim_x: ClassVar[int] = 1
     dim_c: ClassVar[int] = 1
 

@@ -124,6 +124,7 @@ class PortfolioUniform(_Portfolio):
     """The code's `portfolio_optimization`: c ~ U[0, 1]^2, truth on the raw Sobol points."""
 
     name: ClassVar[str] = "portfolio-uniform"
+    display_name: ClassVar[str] = "Portfolio (Uniform)"
 
     # Computed by benchmarks/compute_optima.py (41^3 grid, then L-BFGS-B on this QMC rule).
     optimal_x: tuple[float, ...] = (0.0, 1.0, 0.5563740527794453)
@@ -141,6 +142,7 @@ class PortfolioNormal(_Portfolio, ClampedNormalProblem):
     """The code's `portfolio_normal_optimization`: c ~ clamp N(0.5, 0.2^2) per dimension."""
 
     name: ClassVar[str] = "portfolio-normal"
+    display_name: ClassVar[str] = "Portfolio (Normal)"
 
     # Computed by benchmarks/compute_optima.py (41^3 grid, then L-BFGS-B on this QMC rule).
     optimal_x: tuple[float, ...] = (0.0, 1.0, 0.09615949919797814)

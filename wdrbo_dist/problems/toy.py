@@ -38,6 +38,7 @@ class ToyGeneral(Problem):
     """The general-setting toy: WDRBO with a given centre and radius against a shifted P*."""
 
     name: ClassVar[str] = "toy-general"
+    display_name: ClassVar[str] = "General setting (toy)"
     dim_x: ClassVar[int] = 1
     dim_c: ClassVar[int] = 1
 
@@ -75,3 +76,34 @@ class ToyGeneral(Problem):
         the smooth GP surrogate; f's kink at c = 0.5 would cost it ~5e-4 here)."""
         t = as_batch(x, self.dim_x)[:, 0].abs()
         return 1 - A_CENTRE / (t + 0.2) - torch.sqrt(t + 0.05)
+
+    def landscape(self, grid: int = 401) -> dict[str, np.ndarray | float]:
+        """f's expectations on an x grid: under the centre P̂, under P*, and the robust objective.
+
+        The robust objective E_P̂ f(x) − ε·L(x) uses L(x), the Lipschitz constant of f(x, ·) in c,
+        estimated by finite differences over the contexts P̂ and P* put mass on: it is the quantity
+        WDRBO's acquisition bounds, computed with the true f instead of the UCB.
+        """
+        centre = self.centre_distribution()
+        lo, hi = (float(v) for v in self.decision_bounds[:, 0])
+        x = torch.linspace(lo, hi, grid, dtype=torch.float64)
+        nodes, weights, radius = centre.nodes, centre.weights, float(centre.radius)
+        e_centre = self.expected_value_under_centre(x[:, None])  # exact, not the quadrature
+        e_true = self.expected_value(x[:, None])
+        # The contexts that matter: the central 99.8% of P* (sampled) and of P̂ (its quadrature).
+        draws = self.sample_context(4096, torch.Generator().manual_seed(0))[:, 0]
+        order = torch.argsort(nodes[:, 0])
+        cdf = torch.cumsum(weights[order], 0)
+        sorted_nodes = nodes[order, 0]
+        centre_lo = sorted_nodes[int(torch.searchsorted(cdf, torch.tensor(0.001, dtype=cdf.dtype)))]
+        centre_hi = sorted_nodes[min(len(cdf) - 1, int(torch.searchsorted(cdf, torch.tensor(0.999, dtype=cdf.dtype))))]
+        c_lo = float(min(centre_lo, torch.quantile(draws, 0.001)))
+        c_hi = float(max(centre_hi, torch.quantile(draws, 0.999)))
+        c = torch.linspace(c_lo, c_hi, 241, dtype=torch.float64)
+        f_xc = self.evaluate(x[:, None, None], c[None, :, None])  # [grid, 241]
+        lipschitz = (f_xc.diff(dim=1).abs() / c.diff()[None, :]).max(dim=1).values
+        return {
+            "x": x.numpy(), "c": c.numpy(), "f": f_xc.numpy().T, "e_centre": e_centre.numpy(),
+            "e_true": e_true.numpy(), "robust": (e_centre - radius * lipschitz).numpy(), "radius": radius,
+            "optimal_value": float(self.optimal_value),
+        }
