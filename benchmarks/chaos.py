@@ -185,6 +185,8 @@ def main() -> None:
     parser.add_argument("--rng", type=int, default=0, help="seed of the fault schedule")
     parser.add_argument("--kinds", nargs="+", choices=FAULTS, default=list(FAULTS), help="the faults to draw from")
     args = parser.parse_args()
+    # SIGTERM (a timeout, a kill) unwinds like Ctrl-C, so the servers started here are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     work = Path(tempfile.mkdtemp(prefix="chaos-", dir="/tmp"))
     (work / "server").mkdir()
