@@ -26,6 +26,7 @@ A study file (every key but `name`, `problems`, `algorithms` and `seeds` is opti
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import re
@@ -46,7 +47,7 @@ TOP_LEVEL_KEYS = (
     "init_size", "backend", "workers", "tracking_uri", "output_dir",
 )
 REQUIRED_KEYS = ("name", "problems", "algorithms", "seeds")
-ALGORITHM_KEYS = ("name", "options", "resources")
+ALGORITHM_KEYS = ("name", "label", "options", "resources")
 RESOURCE_KEYS = ("num_cpus", "num_gpus")
 SEED_KEYS = ("start", "count")
 SEED_MAX = 2**63 - 1  # the analysis holds seeds as int64
@@ -75,11 +76,16 @@ class Resources:
 
 @dataclass(frozen=True)
 class AlgorithmSettings:
-    """One algorithm of a study: its options and resources."""
+    """One algorithm of a study (or one variant of it): its options and resources."""
 
     name: str
     options: dict[str, OptionValue] = field(default_factory=dict)
     resources: Resources = Resources()
+    variant: str = ""  # the label of a variant ("" when the study runs the algorithm once)
+
+    @property
+    def label(self) -> str:
+        return self.variant or self.name
 
 
 @dataclass(frozen=True)
@@ -103,17 +109,18 @@ class StudySpec:
 
     @property
     def algorithms(self) -> list[str]:
-        return [a.name for a in self.algorithm_settings]
+        """The algorithms' labels: the names, or the variants' labels."""
+        return [a.label for a in self.algorithm_settings]
 
     @property
     def tracking_enabled(self) -> bool:
         return self.tracking_uri != NO_TRACKING
 
-    def settings(self, algorithm: str) -> AlgorithmSettings:
+    def settings(self, label: str) -> AlgorithmSettings:
         for entry in self.algorithm_settings:
-            if entry.name == algorithm:
+            if entry.label == label:
                 return entry
-        raise KeyError(algorithm)
+        raise KeyError(label)
 
     def resources(self, algorithm: str) -> Resources:
         return self.settings(algorithm).resources
@@ -132,6 +139,7 @@ class StudySpec:
                 fidelity=self.fidelity,
                 device="cuda" if entry.resources.num_gpus > 0 else "cpu",
                 study=self.name,
+                variant=entry.variant,
             )
             for problem in self.problems
             for entry in self.algorithm_settings
@@ -241,17 +249,17 @@ def _validate_runs(study: StudySpec) -> None:
 
     checked: set[tuple[str, str]] = set()
     for spec in study.runs:
-        pair = (spec.problem, spec.algorithm)
+        pair = (spec.problem, spec.algorithm_label)
         if pair in checked:
             continue
         checked.add(pair)
         try:
             validate_spec(dataclasses.replace(spec, device="cpu"))
         except ValueError as exc:
-            index = study.algorithms.index(spec.algorithm)
+            index = study.algorithms.index(spec.algorithm_label)
             message = " ".join(str(exc).split())
             raise ConfigError(
-                f"algorithms[{index}] ({spec.algorithm}) on problem {spec.problem}: {message}"
+                f"algorithms[{index}] ({spec.algorithm_label}) on problem {spec.problem}: {message}"
             ) from None
 
 
@@ -341,12 +349,49 @@ def _algorithms(value: Any, registry: Mapping[str, Any]) -> list[AlgorithmSettin
         algo = item["name"]
         if not isinstance(algo, str) or algo not in registry:
             raise ConfigError(f"{where}.name: unknown algorithm {algo!r}; allowed: {', '.join(allowed)}")
-        if algo in [a.name for a in result]:
-            raise ConfigError(f"{where}.name: {algo!r} is listed twice; each algorithm may appear once")
-        options = _options(f"{where}.options", item.get("options") or {}, registry[algo])
+        label = item.get("label")
+        if label is not None and (not isinstance(label, str) or not _LABEL.fullmatch(label)):
+            raise ConfigError(f"{where}.label: must be a name of letters, digits and -_.=[], got {describe(label)}")
         resources = _resources(f"{where}.resources", item.get("resources") or {})
-        result.append(AlgorithmSettings(name=algo, options=options, resources=resources))
+        for variant, options in _variants(f"{where}.options", item.get("options") or {}, registry[algo], label):
+            entry = AlgorithmSettings(name=algo, options=options, resources=resources, variant=variant)
+            for other in result:
+                if other.label == entry.label:
+                    raise ConfigError(
+                        f"{where}: {entry.label!r} is listed twice; give each variant of {algo} its own label"
+                    )
+                if other.name == algo and other.options == options:
+                    raise ConfigError(f"{where}: {entry.label!r} has the options of {other.label!r} (the same runs)")
+            result.append(entry)
     return result
+
+
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=\-\[\],]*")
+
+
+def _variants(where: str, value: Any, entry: Any, label: str | None) -> list[tuple[str, dict[str, OptionValue]]]:
+    """(variant label, options) per combination of the options given as lists.
+
+    Without lists: one entry, labelled `label` ("" when none is given: the algorithm's name).
+    With lists: one variant per combination, labelled `label or name` and the listed values,
+    e.g. `wdrbo[radius_constant=0.1]`.
+    """
+    if not isinstance(value, Mapping):
+        return [(label or "", _options(where, value, entry))]
+    listed = {key: given for key, given in value.items() if isinstance(given, list)}
+    for key, given in listed.items():
+        if not given:
+            raise ConfigError(f"{where}.{key}: an empty list gives no variant; give one value or several")
+    fixed = {key: given for key, given in value.items() if key not in listed}
+    if not listed:
+        return [(label or "", _options(where, fixed, entry))]
+    variants = []
+    for combination in itertools.product(*listed.values()):
+        chosen = dict(zip(listed, combination))
+        options = _options(where, {**fixed, **chosen}, entry)
+        suffix = ",".join(f"{key}={options[key]}" for key in listed)
+        variants.append((f"{label or entry.name}[{suffix}]", options))
+    return variants
 
 
 def _options(where: str, value: Any, entry: Any) -> dict[str, OptionValue]:

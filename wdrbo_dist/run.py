@@ -43,6 +43,9 @@ class RunSpec:
     options: tuple[tuple[str, OptionValue], ...] = ()
     device: str = "cpu"  # where tensors live; not part of the run key (records are identical)
     study: str = ""  # the study this run belongs to; not part of the run key
+    # The study's name for this algorithm with these options, when it runs the algorithm more
+    # than once (a variant); not part of the run key (the options are).
+    variant: str = ""
 
     @staticmethod
     def make(options: Mapping[str, OptionValue] | None = None, **kwargs: Any) -> "RunSpec":
@@ -75,7 +78,12 @@ class RunSpec:
     @property
     def label(self) -> str:
         """The human name of the run, as shown in MLflow: `problem|algorithm|s<seed>`."""
-        return f"{self.problem}|{self.algorithm}|s{self.seed}"
+        return f"{self.problem}|{self.algorithm_label}|s{self.seed}"
+
+    @property
+    def algorithm_label(self) -> str:
+        """What tables, figures and MLflow call the algorithm of this run: its variant's label."""
+        return self.variant or self.algorithm
 
 
 @dataclass

@@ -95,7 +95,7 @@ def study_status(study: StudySpec) -> StudyStatus:
     finished, failed = store.finished_keys(), store.failed_keys()
     cells: dict[tuple[str, str], list[int]] = {}
     for spec in study.runs:
-        cell = cells.setdefault((spec.problem, spec.algorithm), [0, 0, 0])
+        cell = cells.setdefault((spec.problem, spec.algorithm_label), [0, 0, 0])
         cell[0 if spec.run_key in finished else 1 if spec.run_key in failed else 2] += 1
     labels = {spec.run_key: spec.label for spec in study.runs}
     damaged = [damage.line(store.root, labels[damage.run_key]) for damage in store.damaged(labels)]
@@ -107,7 +107,7 @@ def make_tasks(study: StudySpec, specs: Sequence[RunSpec], tracker: StudyTracker
     context = tracker.worker_context() if tracker else None
     tasks = []
     for spec in specs:
-        resources = study.resources(spec.algorithm)
+        resources = study.resources(spec.algorithm_label)
         tasks.append(Task(
             spec=spec, threads=resources.threads, num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
             expected_cost=expected_cost(spec), tracking=context,

@@ -167,6 +167,7 @@ def run_tags(spec: RunSpec, parent_run_id: str | None, result: RunResult | None 
         "evaluations": str(spec.evaluations),
         "init_size": str(spec.init_size),
         "device": spec.device,
+        "variant": spec.algorithm_label,
         "version": __version__,
         "mlflow.runName": spec.label,
     }

@@ -133,7 +133,7 @@ def load_runs(
         row: dict[str, Any] = {
             "fidelity": spec.fidelity,
             "problem": spec.problem,
-            "algorithm": spec.algorithm,
+            "algorithm": spec.algorithm_label,
             "seed": int(spec.seed),
             "run_key": key,
             "label": spec.label,
