@@ -54,6 +54,7 @@ STEP_METRICS = (
 )
 BATCH = 1000  # MLflow's limit of entities per log_batch call
 FINISHED, FAILED, RUNNING, KILLED = "FINISHED", "FAILED", "RUNNING", "KILLED"
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 
 class TrackingError(RuntimeError):
@@ -338,6 +339,14 @@ class StudyTracker:
             self.client.log_text(self.parent_run_id, config_text, "study.yaml")
 
     def _experiment(self) -> str:
+        experiment_id = self._get_or_create_experiment()
+        # MLflow 3 opens an experiment of unknown kind on its GenAI traces view; this kind
+        # (the UI's "custom_model_development") opens it on the runs table.
+        if self.client.get_experiment(experiment_id).tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+            self.client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        return experiment_id
+
+    def _get_or_create_experiment(self) -> str:
         from mlflow.entities import LifecycleStage
 
         experiment = self.client.get_experiment_by_name(self.study_name)
