@@ -32,6 +32,7 @@ def test_run_one_writes_one_row_per_evaluation_and_is_repeatable(tmp_path: Path)
     assert first.returncode == 0, first.stderr
     assert "newsvendor|wdrbo|s7: 8 evaluations" in first.stdout
     second = wdrbo_dist(*args, "--quiet", "--out", str(tmp_path / "b.parquet"))
+    assert second.returncode == 0, second.stderr
     a, b = pd.read_parquet(tmp_path / "a.parquet"), pd.read_parquet(tmp_path / "b.parquet")
     assert len(a) == 8 and {"x_0", "c_0", *CORE_COLUMNS} <= set(a.columns)
     timeless = [c for c in a.columns if not c.startswith("time_") and c != "inner_solve_s"]

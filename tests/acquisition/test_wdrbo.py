@@ -7,7 +7,7 @@ import math
 import torch
 
 from wdrbo_dist.acquisition.base import BOState
-from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO, WassersteinUCB
+from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
 from wdrbo_dist.models.gp import fit_gp
 from wdrbo_dist.problems import make_problem
 

@@ -8,6 +8,7 @@ id to the file named by $WDRBO_TEST_ATTEMPTS, so a test can count how often the 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import ClassVar
 
 from wdrbo_dist.problems import PROBLEMS
@@ -16,14 +17,31 @@ from wdrbo_dist.problems.camel import ThreeHumpCamel
 ATTEMPTS_ENV = "WDRBO_TEST_ATTEMPTS"
 
 
+def count_attempt() -> None:
+    """Append this process's id to the file named by $WDRBO_TEST_ATTEMPTS (if set)."""
+    path = os.environ.get(ATTEMPTS_ENV)
+    if path:
+        with open(path, "a") as log:
+            log.write(f"{os.getpid()}\n")
+
+
+def start_ray(hook: str, attempts: Path) -> None:
+    """A local Ray for one test whose workers register a problem of this module through `hook`."""
+    import ray
+
+    here = str(Path(__file__).parent)
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env={
+        "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
+                     ATTEMPTS_ENV: str(attempts)},
+        "worker_process_setup_hook": f"raising_problem.{hook}",
+    })
+
+
 class RaisingProblem(ThreeHumpCamel):
     name: ClassVar[str] = "raises"
 
     def expected_value(self, x):
-        path = os.environ.get(ATTEMPTS_ENV)
-        if path:
-            with open(path, "a") as log:
-                log.write(f"{os.getpid()}\n")
+        count_attempt()
         raise FloatingPointError("the truth is not available today")
 
 
@@ -37,10 +55,7 @@ class DyingProblem(ThreeHumpCamel):
     name: ClassVar[str] = "dies"
 
     def expected_value(self, x):
-        path = os.environ.get(ATTEMPTS_ENV)
-        if path:
-            with open(path, "a") as log:
-                log.write(f"{os.getpid()}\n")
+        count_attempt()
         os._exit(137)
 
 

@@ -116,7 +116,7 @@ def test_ray_records_a_raising_run_as_failed_once_and_does_not_retry_it(tmp_path
     import ray
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    from raising_problem import ATTEMPTS_ENV, RaisingProblem
+    from raising_problem import ATTEMPTS_ENV, RaisingProblem, start_ray
 
     attempts = tmp_path / "attempts.log"
     # A local Ray on 127.0.0.1 that lives for this test only; Ray read its auth mode when it was
@@ -127,12 +127,7 @@ def test_ray_records_a_raising_run_as_failed_once_and_does_not_retry_it(tmp_path
     study = parse_study_config(tiny_study(tmp_path, problems=["raises", "newsvendor"], seeds=[1, 2],
                                           algorithms=[{"name": "erbo", "options": FAST}]))
     tasks = make_tasks(study, study.runs, None)
-    here = str(Path(__file__).parent)
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={
-        "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
-                     ATTEMPTS_ENV: str(attempts)},
-        "worker_process_setup_hook": "raising_problem.register",
-    })
+    start_ray("register", attempts)
     try:
         outcomes = list(map_tasks(tasks, "ray", workers=2))
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -76,7 +75,7 @@ def test_ray_submits_a_run_whose_worker_keeps_dying_again_then_gives_it_up_as_lo
     import ray
 
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    from raising_problem import ATTEMPTS_ENV, DyingProblem
+    from raising_problem import DyingProblem, start_ray
     from wdrbo_dist.problems import PROBLEMS
 
     attempts = tmp_path / "attempts.log"
@@ -86,12 +85,7 @@ def test_ray_submits_a_run_whose_worker_keeps_dying_again_then_gives_it_up_as_lo
     monkeypatch.setitem(PROBLEMS, "dies", DyingProblem)
     study = parse_study_config(tiny_study(tmp_path, problems=["dies", "newsvendor"], seeds=[1],
                                           algorithms=[{"name": "erbo", "options": FAST}]))
-    here = str(Path(__file__).parent)
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={
-        "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
-                     ATTEMPTS_ENV: str(attempts)},
-        "worker_process_setup_hook": "raising_problem.register_dying",
-    })
+    start_ray("register_dying", attempts)
     try:
         outcomes = list(map_tasks(make_tasks(study, study.runs, None), "ray", workers=2))
     finally:
