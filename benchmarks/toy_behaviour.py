@@ -18,11 +18,12 @@ import argparse
 
 import numpy as np
 
+from wdrbo_dist.analysis.load import LATE_STEPS, late_regret
 from wdrbo_dist.analysis.statistics import mean_se, paired_wilcoxon, significant_digits_format
 from wdrbo_dist.config import load_study_config
 from wdrbo_dist.store import ResultStore
 
-TOY, LATE = "toy-general", 20
+TOY, LATE = "toy-general", LATE_STEPS
 
 
 def fmt(values: list[float]) -> str:
@@ -48,10 +49,10 @@ def main() -> None:
                 continue
             records = store.read_records(spec.run_key).sort_values("step")
             late = records.iloc[-LATE:]
-            label = spec.algorithm + "".join(f" {k}={v}" for k, v in spec.options)
+            label = spec.algorithm_label + "".join(f" {k}={v}" for k, v in spec.options)
             by_label.setdefault(label, {})[spec.seed] = (
                 float(records["cumulative_regret"].iloc[-1]),
-                float(late["regret"].mean()),
+                late_regret(records["regret"]),
                 float(np.median(np.abs(late["x_0"]))),
             )
         rows += [(study.name, label, runs) for label, runs in by_label.items()]

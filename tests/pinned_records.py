@@ -20,16 +20,13 @@ SEED, EVALUATIONS, INIT_SIZE = 7, 8, 5
 FAST = {"raw_samples": 64, "num_restarts": 2}
 
 
-def is_time_column(column: str) -> bool:
-    return column.startswith("time_") or column == "inner_solve_s"
-
-
 def pinned_runs() -> pd.DataFrame:
     """The records of every algorithm x profile, without the time columns, one thread."""
     import torch
 
     from wdrbo_dist.algorithms import ALGORITHMS
     from wdrbo_dist.problems import FIDELITIES
+    from wdrbo_dist.records import deterministic_part
     from wdrbo_dist.run import RunSpec, run_one
 
     before = torch.get_num_threads()
@@ -42,7 +39,7 @@ def pinned_runs() -> pd.DataFrame:
                                init_size=INIT_SIZE, fidelity=fidelity, options=tuple(sorted(FAST.items())))
                 result = run_one(spec)
                 assert result.ok, result.error
-                records = result.records[[c for c in result.records.columns if not is_time_column(c)]]
+                records = deterministic_part(result.records)
                 frames.append(records.assign(algorithm=algorithm, fidelity=fidelity))
     finally:
         torch.set_num_threads(before)

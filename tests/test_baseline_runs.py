@@ -8,12 +8,12 @@ import pytest
 
 from wdrbo_dist.cli import main as cli_main
 from wdrbo_dist.problems import PROBLEMS
-from wdrbo_dist.records import CORE_COLUMNS
+from wdrbo_dist.records import MACHINE_COLUMNS
 from wdrbo_dist.run import RunSpec, run_one
 
 BASELINES = ("sbo-kde", "drbo-kde", "drbo-mmd", "drbo-mmd-minimax", "stableopt")
 FAST = {"num_restarts": 2, "raw_samples": 16, "batch_limit": 16}
-TIME_COLUMNS = [c for c in CORE_COLUMNS if c.startswith("time_") or c == "inner_solve_s"]
+TIME_COLUMNS = list(MACHINE_COLUMNS)
 
 
 def _run(algorithm: str, problem: str, fidelity: str, seed: int = 3, options: dict | None = None) -> pd.DataFrame:

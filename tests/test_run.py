@@ -8,11 +8,11 @@ import pytest
 
 from wdrbo_dist.algorithms import ALGORITHMS
 from wdrbo_dist.problems import PROBLEMS, make_problem
-from wdrbo_dist.records import CORE_COLUMNS
+from wdrbo_dist.records import CORE_COLUMNS, MACHINE_COLUMNS
 from wdrbo_dist.run import RunSpec, run_one, validate_spec
 
 FAST = {"num_restarts": 2, "raw_samples": 32, "batch_limit": 32}
-TIME_COLUMNS = [c for c in CORE_COLUMNS if c.startswith("time_") or c == "inner_solve_s"]
+TIME_COLUMNS = list(MACHINE_COLUMNS)
 
 
 def _run(algorithm: str = "erbo", problem: str = "three-hump-camel", seed: int = 1, **kw) -> pd.DataFrame:

@@ -59,7 +59,9 @@ SUMMED_COLUMNS: tuple[str, ...] = (
     "time_fit_s", "time_acquisition_s", "time_truth_s", "inner_solve_s", "inner_solves", "inner_programs",
     "inner_failures",
 )
-assert set(TIME_COLUMNS + TELEMETRY_COLUMNS + SUMMED_COLUMNS) <= set(CORE_COLUMNS)
+# What measures the machine, not the run: left out wherever records are compared.
+MACHINE_COLUMNS: tuple[str, ...] = (*TIME_COLUMNS, "inner_solve_s")
+assert set(TIME_COLUMNS + TELEMETRY_COLUMNS + SUMMED_COLUMNS + MACHINE_COLUMNS) <= set(CORE_COLUMNS)
 NO_TELEMETRY: dict[str, float] = {c: 0.0 if c.endswith("_s") else 0 for c in TELEMETRY_COLUMNS}  # the initial design
 
 
@@ -107,3 +109,8 @@ def records_from_steps(
         **{name: [s.context[i] for s in steps] for i, name in enumerate(c_columns(dim_c))},
     }
     return pd.DataFrame(rows)[list(CORE_COLUMNS) + x_columns(dim_x) + c_columns(dim_c)]
+
+
+def deterministic_part(records: pd.DataFrame) -> pd.DataFrame:
+    """The records without MACHINE_COLUMNS: what the same spec must reproduce exactly."""
+    return records[[column for column in records.columns if column not in MACHINE_COLUMNS]]

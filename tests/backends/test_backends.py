@@ -17,6 +17,7 @@ import pandas as pd
 import yaml
 
 from wdrbo_dist.backends import map_tasks
+from wdrbo_dist.records import deterministic_part
 from wdrbo_dist.config import parse_study_config
 from wdrbo_dist.problems import PROBLEMS
 from wdrbo_dist.store import ResultStore
@@ -33,11 +34,6 @@ def tiny_study(output_dir: Path, name: str = "tiny", **changes) -> dict:
         "seeds": [3], "evaluations": 7, "init_size": 5, "backend": "serial", "workers": 2,
         "tracking_uri": "none", "output_dir": str(output_dir),
     } | changes
-
-
-def timeless(frame: pd.DataFrame) -> pd.DataFrame:
-    """The deterministic columns (the time_* columns measure the machine, not the run)."""
-    return frame[[c for c in frame.columns if not c.startswith("time_") and c != "inner_solve_s"]]
 
 
 def test_serial_local_and_ray_give_identical_records(tmp_path: Path) -> None:
@@ -59,10 +55,10 @@ def test_serial_local_and_ray_give_identical_records(tmp_path: Path) -> None:
     keys = {r.run_key for r in serial.runs}
     assert all(store.finished_keys() == keys for store in stores)
     for key in keys:
-        first = timeless(stores[0].read_records(key))
+        first = deterministic_part(stores[0].read_records(key))
         assert len(first) == 7
         for other in stores[1:]:
-            pd.testing.assert_frame_equal(first, timeless(other.read_records(key)), check_exact=True)
+            pd.testing.assert_frame_equal(first, deterministic_part(other.read_records(key)), check_exact=True)
 
 
 def test_tasks_start_longest_expected_first() -> None:

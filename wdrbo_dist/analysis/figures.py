@@ -16,7 +16,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from wdrbo_dist.analysis.load import FINISHED, StudyData
+from wdrbo_dist.analysis.load import FINISHED, LATE_STEPS, StudyData, late_regret
 from wdrbo_dist.analysis.statistics import grouped_mean_se, mean_se, significant_digits_format
 from wdrbo_dist.analysis.tables import algorithm_name, problem_name
 
@@ -168,15 +168,12 @@ def _argmaxes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return x[np.isclose(y, top, rtol=0, atol=1e-9 * max(1.0, abs(top)))]
 
 
-LATE_STEPS = 20  # the toy's caption measures each method's behaviour over its last 20 evaluations
-
-
 def toy_measured(steps: pd.DataFrame, last: int = LATE_STEPS) -> dict[str, tuple[float, float, int]]:
     """Per algorithm: (mean, SE over seeds, seeds) of the mean instantaneous regret over each
     run's last `last` evaluations: what a method pays per step once it has settled."""
     out = {}
     for algorithm, sub in steps.groupby("algorithm"):
-        late = sub.sort_values("step").groupby("seed")["regret"].apply(lambda r: float(r.iloc[-last:].mean()))
+        late = sub.sort_values("step").groupby("seed")["regret"].apply(late_regret, last=last)
         summary = mean_se(late.to_numpy())
         out[str(algorithm)] = (summary.mean, summary.se, int(late.size))
     return out

@@ -73,6 +73,15 @@ def _last_line(text: str | None) -> str:
     return lines[-1] if lines else ""
 
 
+LATE_STEPS = 20  # a run's settled behaviour: its last 20 evaluations
+
+
+def late_regret(regret_in_step_order: pd.Series, last: int = LATE_STEPS) -> float:
+    """The mean instantaneous regret over a run's last `last` evaluations: what a method pays
+    per step once it has settled (the toy's caption and benchmarks/toy_behaviour.py)."""
+    return float(regret_in_step_order.iloc[-last:].mean())
+
+
 STEP_INPUT = ("step", "is_initial", "regret", "regret_reference", "time_step_s", *TIME_COLUMNS)
 
 
