@@ -122,7 +122,6 @@ def test_unreachable_or_unusable_stores_fail_fast_with_one_line(tmp_path: Path) 
         check_tracking_uri(f"sqlite:///{tmp_path}/file/sub/mlflow.db")
 
 
-def test_the_study_experiment_is_of_the_kind_mlflow_opens_on_its_runs_table(tracked) -> None:
+def test_the_study_experiment_is_tagged_as_model_training_for_mlflow_3(tracked) -> None:
     tracker, _, _, client = tracked
-    # MLflow 3's UI opens an experiment without this tag on its GenAI traces view.
     assert client.get_experiment(tracker.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"

@@ -340,8 +340,10 @@ class StudyTracker:
 
     def _experiment(self) -> str:
         experiment_id = self._get_or_create_experiment()
-        # MLflow 3 opens an experiment of unknown kind on its GenAI traces view; this kind
-        # (the UI's "custom_model_development") opens it on the runs table.
+        # MLflow 3's UI sorts experiments into GenAI and model-training kinds by this tag (its
+        # enum value "custom_model_development"). Not enough on its own in MLflow 3.17.2: the
+        # experiment's page still opened on the GenAI overview in a headless browser; the
+        # runs table is at #/experiments/<id>/runs (issue 14).
         if self.client.get_experiment(experiment_id).tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
             self.client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return experiment_id
