@@ -3,8 +3,10 @@
 Bad input prints one line naming the argument and its allowed values, and exits with 2
 before any work starts.
 
-Exit codes: 0 done; 1 some runs failed; 2 bad input (argument or config); 75 `run` refused
-because another driver is at work on the output folder (retry later); 130 interrupted.
+Exit codes: 0 done; 1 some runs failed; 2 bad input (argument, config, unreachable store or
+address); 69 runs lost to the infrastructure or the cluster gone (run the same command again);
+75 `run` refused because another driver is at work on the output folder (retry later);
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -114,9 +116,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
     print("algorithms:")
     for name, entry in ALGORITHMS.items():
         print(f"  {name:<20} {entry.description}")
-        for name, option in entry.declared_options().items():
+        for option_name, option in entry.declared_options().items():
             note = f"; {option.note}" if option.note else ""
-            print(f"      {name} (paper: {option.paper}, reference: {option.reference}){note}")
+            print(f"      {option_name} (paper: {option.paper}, reference: {option.reference}){note}")
     return 0
 
 

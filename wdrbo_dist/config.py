@@ -14,6 +14,9 @@ A study file (every key but `name`, `problems`, `algorithms` and `seeds` is opti
       - name: wdrbo
         options: {beta: 1.5}          # the algorithm's options / fidelity switches
         resources: {num_cpus: 1, num_gpus: 0}
+      - name: wdrbo                   # the same algorithm again: variants, each with a label
+        options: {radius_constant: [0.1, 1.0]}   # a list: wdrbo[radius_constant=0.1], ...=1.0
+      - {name: erbo, label: erbo-beta3, options: {beta: 3.0}}
     seeds: [100, 101, 102]            # or {start: 100, count: 15}; up to 100000 in [0, 2**63 - 1]
     evaluations: 100                  # total, initial design included
     init_size: 5
@@ -366,7 +369,7 @@ def _algorithms(value: Any, registry: Mapping[str, Any]) -> list[AlgorithmSettin
     return result
 
 
-_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=\-\[\],]*")
+_LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.=\-\[\]]*")
 
 
 def _variants(where: str, value: Any, entry: Any, label: str | None) -> list[tuple[str, dict[str, OptionValue]]]:

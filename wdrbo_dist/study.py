@@ -312,8 +312,8 @@ def _run_locked(
             close()  # cancels what is still running
         bar.close()
     report.wall_time_s = time.monotonic() - started
-    if tracker is not None and tracker.unreachable and tracker.answers_again(now=True):
-        _catch_up(tracker, report)
+    if tracker is not None:
+        report.tracking_warnings += tracker.flush()
     if tracker is not None and not tracker.unreachable:
         try:
             tracker.reconcile(store, [r.run_key for r in plan.runs])
@@ -334,8 +334,6 @@ def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, 
     """Store first (durable), then tell the tracker; a tracker failure never loses a result.
 
     A lost outcome is not stored: its result is a placeholder, and the run is still to do.
-    While the tracking server does not answer, results wait in the tracker's backlog (each
-    further call would wait out MLflow's retries again) and are logged when it is back.
     """
     if outcome.lost:
         report.lost.append(outcome)
@@ -345,33 +343,10 @@ def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, 
     (report.finished if result.ok else report.failed).append(result)
     if tracker is None:
         return
-    records_file = store.records_path(result.spec.run_key) if result.ok else None
-    if tracker.unreachable:
-        tracker.backlog.append((result, outcome.child_run_id, records_file))
-        if tracker.answers_again():
-            _catch_up(tracker, report)
-        return
-    if outcome.tracking_error:
+    if outcome.tracking_error and not tracker.unreachable:
         report.tracking_warnings.append(f"{result.spec.label}: worker could not log to mlflow; the driver did")
-    try:
-        tracker.record(result, outcome.child_run_id, records_file)
-    except Exception as exc:  # noqa: BLE001 - logged from the backlog, or at the next start
-        tracker.unreachable = True
-        tracker.backlog.append((result, outcome.child_run_id, records_file))
-        report.tracking_warnings.append(
-            f"mlflow stopped answering at {result.spec.label} ({type(exc).__name__}); the store holds "
-            "every result, and MLflow gets them when it answers again (or at the next `run`)"
-        )
-
-
-def _catch_up(tracker: StudyTracker, report: StudyReport) -> None:
-    try:
-        logged = tracker.catch_up()
-    except Exception as exc:  # noqa: BLE001 - still down: try again later
-        tracker.unreachable = True
-        report.tracking_warnings.append(f"mlflow: catching up failed ({type(exc).__name__}); the next `run` does it")
-        return
-    report.tracking_warnings.append(f"mlflow answers again: logged the {logged} runs it missed")
+    records_file = store.records_path(result.spec.run_key) if result.ok else None
+    report.tracking_warnings += tracker.deliver(result, outcome.child_run_id, records_file)
 
 
 def _config_text(study: StudySpec) -> str:

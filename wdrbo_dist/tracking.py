@@ -385,16 +385,36 @@ class StudyTracker:
         self._probed_at = time.monotonic()
         return server_answers(self.uri)
 
-    def catch_up(self) -> int:
-        """Log the backlog of results the server missed; returns how many."""
-        logged = 0
-        while self.backlog:
-            result, child_run_id, records_file = self.backlog[0]
+    def deliver(self, result: RunResult, child_run_id: str | None, records_file: Path | None) -> list[str]:
+        """Record a result the store holds, or keep it in the backlog while the server does not
+        answer (each call would wait out MLflow's retries again). Returns warnings for the user."""
+        if self.unreachable:
+            self.backlog.append((result, child_run_id, records_file))
+            return self._catch_up() if self.answers_again() else []
+        try:
             self.record(result, child_run_id, records_file)
-            self.backlog.pop(0)
-            logged += 1
+        except Exception as exc:  # noqa: BLE001 - logged from the backlog, or at the next start
+            self.unreachable = True
+            self.backlog.append((result, child_run_id, records_file))
+            return [f"mlflow stopped answering at {result.spec.label} ({type(exc).__name__}); the store holds "
+                    "every result, and MLflow gets them when it answers again (or at the next `run`)"]
+        return []
+
+    def flush(self) -> list[str]:
+        """At the end of a command: log the backlog if the server answers now."""
+        return self._catch_up() if self.unreachable and self.answers_again(now=True) else []
+
+    def _catch_up(self) -> list[str]:
+        logged = 0
+        try:
+            while self.backlog:
+                self.record(*self.backlog[0])
+                self.backlog.pop(0)
+                logged += 1
+        except Exception as exc:  # noqa: BLE001 - still down: try again later
+            return [f"mlflow: catching up failed ({type(exc).__name__}); the next `run` does it"]
         self.unreachable = False
-        return logged
+        return [f"mlflow answers again: logged the {logged} runs it missed"]
 
     def worker_context(self) -> WorkerTracking | None:
         if self.mode != "worker":

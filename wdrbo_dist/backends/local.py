@@ -10,7 +10,6 @@ command, not FAILED, as on Ray.
 
 from __future__ import annotations
 
-import heapq
 import multiprocessing
 import os
 import signal
@@ -22,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 
 from wdrbo_dist.backends.task import (
-    RESUBMIT_DELAYS_S, Outcome, Task, execute, failed_outcome, lost_outcome, stamped,
+    RESUBMIT_DELAYS_S, Outcome, Resubmissions, Task, execute, failed_outcome, lost_outcome, stamped,
 )
 from wdrbo_dist.threads import THREAD_VARIABLES
 
@@ -74,20 +73,18 @@ def map_local(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
 
 def _map_local(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
     queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
-    waiting: list[tuple[float, int, Task, int]] = []  # (due, order, task, attempt): back-off heap
+    waiting = Resubmissions(RESUBMIT_DELAYS_S)
     pool = _new_pool(workers)
     running: dict[Future, tuple[Task, int, float]] = {}
     completed = False
     try:
         while queue or running or waiting:
-            while waiting and waiting[0][0] <= time.monotonic():
-                _, _, task, attempt = heapq.heappop(waiting)
-                queue.appendleft((task, attempt))
+            queue.extendleft(reversed(waiting.due()))
             while queue and len(running) < workers:
                 task, attempt = queue.popleft()
                 running[pool.submit(execute, task)] = (task, attempt, time.monotonic())
             if not running:
-                time.sleep(max(0.0, waiting[0][0] - time.monotonic()))
+                time.sleep(waiting.seconds_to_next())
                 continue
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             broken: list[tuple[Task, int, float]] = []
@@ -110,12 +107,9 @@ def _map_local(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
                 _terminate(pool)
                 pool = _new_pool(workers)
                 for task, attempt, submitted in broken:
-                    if attempt > len(RESUBMIT_DELAYS_S):
+                    if not waiting.add(task, attempt):
                         reason = f"its worker process died {attempt} times (killed or out of memory)"
                         yield stamped(lost_outcome(task, reason, attempt), submitted)
-                    else:
-                        due = time.monotonic() + RESUBMIT_DELAYS_S[attempt - 1]
-                        heapq.heappush(waiting, (due, id(task), task, attempt + 1))
         completed = True
     finally:
         if completed:

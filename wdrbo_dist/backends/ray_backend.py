@@ -13,7 +13,6 @@ before Ray gets that far. At most `workers` tasks are in flight, longest expecte
 from __future__ import annotations
 
 import atexit
-import heapq
 import logging
 import math
 import os
@@ -25,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from wdrbo_dist.backends.task import (
-    RESUBMIT_DELAYS_S, ClusterGone, Outcome, Task, execute, lost_outcome, stamped,
+    RESUBMIT_DELAYS_S, ClusterGone, Outcome, Resubmissions, Task, execute, lost_outcome, stamped,
 )
 
 MAX_RETRIES = 3  # Ray's own retries of a task whose worker process or node died
@@ -155,15 +154,13 @@ def map_ray(tasks: Sequence[Task], workers: int, address: str | None = None) -> 
     started = connect(address, num_cpus=max(1, math.ceil(workers * per_task)))
     remote = ray.remote(execute)
     queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
-    waiting: list[tuple[float, int, Task, int]] = []  # (due, order, task, attempt): back-off heap
+    waiting = Resubmissions(RESUBMIT_DELAYS_S)
     pending: dict[Any, tuple[Task, int, float]] = {}
     watch = _GcsWatch()
     gone = False
     try:
         while queue or pending or waiting:
-            while waiting and waiting[0][0] <= time.monotonic():
-                _, _, task, attempt = heapq.heappop(waiting)
-                queue.appendleft((task, attempt))
+            queue.extendleft(reversed(waiting.due()))
             while queue and len(pending) < workers:
                 task, attempt = queue.popleft()
                 ref = remote.options(
@@ -175,7 +172,7 @@ def map_ray(tasks: Sequence[Task], workers: int, address: str | None = None) -> 
                 ).remote(task)
                 pending[ref] = (task, attempt, time.monotonic())
             if not pending:
-                time.sleep(max(0.0, min(POLL_S, waiting[0][0] - time.monotonic())))
+                time.sleep(min(POLL_S, waiting.seconds_to_next()))
                 continue
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
             if not ready and watch.gone():
@@ -192,10 +189,7 @@ def map_ray(tasks: Sequence[Task], workers: int, address: str | None = None) -> 
                 except (ray.exceptions.RayError, OSError) as exc:
                     # Not the run's error (execute captures those): a process, node or object
                     # the infrastructure lost. Submit again after a back-off, or give it up.
-                    if attempt <= len(RESUBMIT_DELAYS_S):
-                        due = time.monotonic() + RESUBMIT_DELAYS_S[attempt - 1]
-                        heapq.heappush(waiting, (due, id(task), task, attempt + 1))
-                    else:
+                    if not waiting.add(task, attempt):
                         yield stamped(lost_outcome(task, _describe(exc), attempt), submitted)
                     continue
                 outcome.attempts = attempt

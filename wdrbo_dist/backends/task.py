@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
 import os
 import time
+from collections.abc import Sequence
 import traceback
 from dataclasses import dataclass
 
@@ -85,6 +87,39 @@ class ClusterGone(RuntimeError):
 # Resubmissions of a run lost to the infrastructure: the delay before each, in seconds. After
 # the last one the run is given up as lost for this command (not FAILED: the next `run` tries it).
 RESUBMIT_DELAYS_S = (1.0, 4.0, 16.0)
+
+
+class Resubmissions:
+    """Runs the infrastructure lost, each waiting out its back-off before the next submission.
+
+    The one rule of both process backends: attempt k (1-based) that is lost waits `delays[k-1]`
+    seconds; a run lost after `len(delays) + 1` attempts is given up (`add` returns False).
+    """
+
+    def __init__(self, delays: Sequence[float]) -> None:
+        self.delays = tuple(delays)
+        self._heap: list[tuple[float, int, Task, int]] = []  # (due, tie-break, task, next attempt)
+
+    def __bool__(self) -> bool:
+        return bool(self._heap)
+
+    def add(self, task: Task, attempt: int) -> bool:
+        """Schedule the next attempt of `task`, whose attempt `attempt` was lost; False: give up."""
+        if attempt > len(self.delays):
+            return False
+        heapq.heappush(self._heap, (time.monotonic() + self.delays[attempt - 1], id(task), task, attempt + 1))
+        return True
+
+    def due(self) -> list[tuple[Task, int]]:
+        """(task, attempt) of every run whose back-off is over, earliest first."""
+        ready = []
+        while self._heap and self._heap[0][0] <= time.monotonic():
+            _, _, task, attempt = heapq.heappop(self._heap)
+            ready.append((task, attempt))
+        return ready
+
+    def seconds_to_next(self) -> float:
+        return max(0.0, self._heap[0][0] - time.monotonic()) if self._heap else 0.0
 
 
 def failed_outcome(task: Task, error: str, attempts: int = 1) -> Outcome:
