@@ -33,11 +33,11 @@ from wdrbo_dist.threads import default_thread_environment
 
 default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch is imported
 
-from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
 from wdrbo_dist.analysis.statistics import mean_se, paired_wilcoxon, significant_digits_format  # noqa: E402
 from wdrbo_dist.backends import map_tasks  # noqa: E402
 from wdrbo_dist.backends.task import Task  # noqa: E402
 from wdrbo_dist.run import RunSpec  # noqa: E402
+from wdrbo_dist.study import expected_cost  # noqa: E402
 
 ROUTES: dict[str, dict[str, object]] = {
     "working-set": {"mmd_solver": "CLARABEL", "mmd_equilibrate": False, "mmd_working_set": True},
@@ -61,7 +61,6 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    cost = ALGORITHMS["drbo-mmd"].cost_estimate
     tasks, route_of = [], {}
     for problem in args.problems:
         for route in args.routes:
@@ -70,7 +69,7 @@ def main() -> None:
                     algorithm="drbo-mmd", problem=problem, seed=seed, evaluations=args.evaluations,
                     fidelity=args.fidelity, options=ROUTES[route],
                 )
-                tasks.append(Task(spec=spec, expected_cost=cost(args.fidelity, ROUTES[route])))
+                tasks.append(Task(spec=spec, expected_cost=expected_cost(spec)))
                 route_of[spec.run_key] = route
     tasks.sort(key=lambda t: -t.expected_cost)  # the runner's policy: longest first
     load = os.getloadavg()[0]

@@ -18,7 +18,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from wdrbo_dist.cli import main
-from wdrbo_dist.cli_study import EXIT_IN_USE
+from wdrbo_dist.cli.study import EXIT_IN_USE
 from wdrbo_dist.config import load_study_config
 from wdrbo_dist.records import CORE_COLUMNS
 from wdrbo_dist.run import RunResult

@@ -8,11 +8,10 @@ import pytest
 
 from wdrbo_dist.algorithms import ALGORITHMS
 from wdrbo_dist.problems import PROBLEMS, make_problem
-from wdrbo_dist.records import CORE_COLUMNS, MACHINE_COLUMNS
+from wdrbo_dist.records import CORE_COLUMNS, deterministic_part
 from wdrbo_dist.run import RunSpec, run_one, validate_spec
 
 FAST = {"num_restarts": 2, "raw_samples": 32, "batch_limit": 32}
-TIME_COLUMNS = list(MACHINE_COLUMNS)
 
 
 def _run(algorithm: str = "erbo", problem: str = "three-hump-camel", seed: int = 1, **kw) -> pd.DataFrame:
@@ -24,7 +23,7 @@ def _run(algorithm: str = "erbo", problem: str = "three-hump-camel", seed: int =
 
 
 def _deterministic(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame.drop(columns=TIME_COLUMNS)
+    return deterministic_part(frame)
 
 
 def test_records_have_the_schema_and_mark_the_initial_design() -> None:
@@ -117,6 +116,22 @@ def test_bad_specs_are_refused_with_the_field_and_allowed_values(change: dict, m
 def test_a_failing_run_is_captured_with_its_traceback() -> None:
     result = run_one(RunSpec(algorithm="erbo", problem="nope", seed=0))
     assert result.status == "FAILED" and "problem: unknown 'nope'" in (result.error or "")
+
+
+def test_a_run_returns_every_option_it_used_and_the_store_keeps_them(tmp_path) -> None:
+    from wdrbo_dist.store import ResultStore
+
+    spec = RunSpec.make(options={**FAST, "mmd_solver": "scs"}, algorithm="drbo-mmd", problem="newsvendor",
+                        seed=3, evaluations=6, init_size=4, fidelity="reference")
+    result = run_one(spec, capture_errors=False)
+    declared = ALGORITHMS["drbo-mmd"].declared_options()
+    assert set(result.options) == set(declared)  # the profile's defaults included
+    assert (result.options["mmd_solver"], result.options["raw_samples"]) == ("SCS", 32)  # what was given
+    assert (result.options["mmd_working_set"], result.options["mmd_equilibrate"]) == (False, True)  # what follows it
+    assert result.options["mmd_diagonal_grid"] is True  # the reference profile's default
+    store = ResultStore(tmp_path)
+    store.save(result)
+    assert store.read_result(spec.run_key).options == result.options
 
 
 def test_run_key_is_a_content_hash_of_the_spec() -> None:

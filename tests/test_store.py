@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from wdrbo_dist.records import CORE_COLUMNS
-from wdrbo_dist.run import RunResult, RunSpec
+from wdrbo_dist.run import RunResult, RunSpec, resolved_options
 from wdrbo_dist.store import ResultStore, spec_from_dict, write_parquet_atomic
 
 
@@ -32,7 +32,9 @@ def spec(seed: int = 1, **kw) -> RunSpec:
 
 
 def finished(s: RunSpec) -> RunResult:
-    return RunResult(spec=s, status="FINISHED", records=records(seed=s.seed), wall_time_s=1.5, started_at=100.0)
+    """A finished result as `run_one` returns it (records are test data)."""
+    return RunResult(spec=s, status="FINISHED", records=records(seed=s.seed), options=resolved_options(s),
+                     wall_time_s=1.5, started_at=100.0)
 
 
 def failed(s: RunSpec) -> RunResult:

@@ -94,6 +94,7 @@ class RunResult:
     status: str  # "FINISHED" or "FAILED"
     records: pd.DataFrame | None = None
     error: str | None = None  # the traceback of a failed run
+    options: dict[str, Any] = field(default_factory=dict)  # as resolved by `resolved_options`
     wall_time_s: float = 0.0
     started_at: float = 0.0  # unix time
     host: str = field(default_factory=lambda: os.uname().nodename)
@@ -121,9 +122,12 @@ class RunResult:
 # --------------------------------------------------------------------------------------------
 # Validation
 
-def validate_spec(spec: RunSpec) -> None:
-    """Raise ValueError naming the bad field and its allowed values; does no work."""
-    from wdrbo_dist.algorithms import ALGORITHMS, get_algorithm_class
+def validate_spec(spec: RunSpec) -> dict[str, Any]:
+    """The run's resolved options; ValueError naming the bad field and its allowed values.
+
+    Does no work beyond the check, so a driver calls it on every run before starting any.
+    """
+    from wdrbo_dist.algorithms import ALGORITHMS
     from wdrbo_dist.problems import PROBLEMS
     from wdrbo_dist.problems.base import FIDELITIES
 
@@ -141,8 +145,21 @@ def validate_spec(spec: RunSpec) -> None:
         raise ValueError(
             f"evaluations: must be an integer > init_size ({spec.init_size}), got {spec.evaluations!r}"
         )
-    get_algorithm_class(spec.algorithm).resolve_options(spec.fidelity, spec.options_dict)
+    options = resolved_options(spec)
     check_device(spec.device)
+    return options
+
+
+def resolved_options(spec: RunSpec) -> dict[str, Any]:
+    """Every option the run uses: the profile's defaults overridden by what the user gave.
+
+    The one place options are resolved: validation, `run_one` (which returns them with the
+    result, for the store and the tracker) and the scheduler's cost estimate all call it. The
+    run key still hashes only what the user gave, so adding an option keeps stored runs valid.
+    """
+    from wdrbo_dist.algorithms import get_algorithm_class
+
+    return get_algorithm_class(spec.algorithm).resolve_options(spec.fidelity, spec.options_dict)
 
 
 def check_device(device: str) -> None:
@@ -178,11 +195,13 @@ def run_one(spec: RunSpec, progress: bool = False, capture_errors: bool = True) 
     """Run one algorithm x problem x seed. With `capture_errors`, an exception gives a FAILED result."""
     started = time.time()
     t0 = time.perf_counter()
+    options: dict[str, Any] = {}
     try:
+        options = validate_spec(spec)
         # NumPy's BLAS only sees n <= a few hundred matrices here; its threads cost far more
         # than they save, and spin against torch's (measured: 8 ms vs 0.2 ms per GP objective).
         with threadpool_limits(limits=1, user_api="blas"):
-            records = _bayesian_optimisation(spec, progress)
+            records = _bayesian_optimisation(spec, options, progress)
     except Exception:
         if not capture_errors:
             raise
@@ -190,25 +209,24 @@ def run_one(spec: RunSpec, progress: bool = False, capture_errors: bool = True) 
             spec=spec,
             status="FAILED",
             error=traceback.format_exc(),
+            options=options,
             wall_time_s=time.perf_counter() - t0,
             started_at=started,
         )
-    return RunResult(
-        spec=spec, status="FINISHED", records=records, wall_time_s=time.perf_counter() - t0, started_at=started
-    )
+    return RunResult(spec=spec, status="FINISHED", records=records, options=options,
+                     wall_time_s=time.perf_counter() - t0, started_at=started)
 
 
-def _bayesian_optimisation(spec: RunSpec, progress: bool) -> pd.DataFrame:
+def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: bool) -> pd.DataFrame:
     from wdrbo_dist.acquisition.base import BOState
     from wdrbo_dist.acquisition.optimize import maximize_acquisition, scrambled_sobol
     from wdrbo_dist.algorithms import make_algorithm
     from wdrbo_dist.models.gp import fit_gp
     from wdrbo_dist.problems import make_problem
 
-    validate_spec(spec)
     device = torch.device(spec.device)
     problem = make_problem(spec.problem, spec.fidelity)
-    algorithm = make_algorithm(spec.algorithm, problem, spec.fidelity, spec.options_dict)
+    algorithm = make_algorithm(spec.algorithm, problem, spec.fidelity, options)
     gens = make_generators(spec.seed)
     lower, upper = problem.decision_bounds[0], problem.decision_bounds[1]
     span = upper - lower

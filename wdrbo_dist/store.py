@@ -26,7 +26,7 @@ not finished, not damaged, overwritten when the run is done again.
 
 The meta JSON (`read_meta`) holds:
     run_key, label, status ("FINISHED" | "FAILED"), spec (every RunSpec field, options as a
-    dict), summary (RunResult.summary()), error (traceback or null), wall_time_s, started_at,
+    dict: what the user gave), options (every option the run used, RunResult.options), summary (RunResult.summary()), error (traceback or null), wall_time_s, started_at,
     saved_at (unix times), host, pid, version (the package's), rows.
 """
 
@@ -123,6 +123,7 @@ def result_meta(result: RunResult) -> dict[str, Any]:
         "label": spec.label,
         "status": result.status,
         "spec": spec_to_dict(spec),
+        "options": result.options,
         "summary": result.summary() if result.ok else {"wall_time_s": result.wall_time_s},
         "error": result.error,
         "wall_time_s": result.wall_time_s,
@@ -342,6 +343,7 @@ class ResultStore:
             status=meta["status"],
             records=records,
             error=meta.get("error"),
+            options=dict(meta.get("options") or {}),
             wall_time_s=float(meta.get("wall_time_s", 0.0)),
             started_at=float(meta.get("started_at", 0.0)),
             host=meta.get("host", ""),

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from wdrbo_dist.backends import map_tasks
 from wdrbo_dist.backends.task import ClusterGone, Outcome, Task
 from wdrbo_dist.config import StudySpec
-from wdrbo_dist.run import RunResult, RunSpec
+from wdrbo_dist.run import RunResult, RunSpec, resolved_options
 from wdrbo_dist.store import ResultStore, driver_lock, write_json_atomic
 from wdrbo_dist.tracking import StudyTracker, check_tracking_uri
 
@@ -45,7 +45,7 @@ def relative_cost(spec: RunSpec) -> float:
     try:
         from wdrbo_dist.algorithms import ALGORITHMS
 
-        return float(ALGORITHMS[spec.algorithm].cost_estimate(spec.fidelity, dict(spec.options)))
+        return float(ALGORITHMS[spec.algorithm].cost_estimate(resolved_options(spec)))
     except Exception:  # noqa: BLE001 - a guess is fine for scheduling
         return 1.0
 

@@ -45,6 +45,7 @@ from wdrbo_dist.run import RunResult, RunSpec
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
+    from wdrbo_dist.analysis.report import AggregateCell
     from wdrbo_dist.config import StudySpec
     from wdrbo_dist.store import ResultStore
 
@@ -145,17 +146,6 @@ def _one_line(exc: BaseException) -> str:
 # --- what a child run holds ------------------------------------------------------------------------
 
 
-def effective_options(spec: RunSpec) -> dict[str, Any]:
-    """The options a run used, as the algorithm resolves them: the fidelity's defaults, the
-    study's values, and any default that follows another option (DRBO-MMD's solver settings)."""
-    try:
-        from wdrbo_dist.algorithms import ALGORITHMS
-
-        return dict(ALGORITHMS[spec.algorithm].resolve_options(spec.fidelity, spec.options_dict))
-    except Exception:  # noqa: BLE001 - an unknown algorithm still logs its explicit options
-        return dict(spec.options_dict)
-
-
 def run_tags(spec: RunSpec, parent_run_id: str | None, result: RunResult | None = None) -> dict[str, str]:
     tags = {
         "role": "run",
@@ -226,7 +216,8 @@ def log_child_run(
         run_name=spec.label,
     )
     run_id = run.info.run_id
-    params = [Param(str(k), str(v)) for k, v in sorted(effective_options(spec).items())]
+    used = result.options or spec.options_dict  # a run that failed before resolving: what was given
+    params = [Param(str(k), str(v)) for k, v in sorted(used.items())]
     params += [Param("evaluations", str(spec.evaluations)), Param("init_size", str(spec.init_size)),
                Param("fidelity", spec.fidelity)]
     now = int(time.time() * 1000)
@@ -467,27 +458,11 @@ class StudyTracker:
 AGGREGATE_ROLE = "aggregate"
 
 
-@dataclass
-class AggregateCell:
-    """What one aggregate run holds: a problem x algorithm's curves across seeds and summaries."""
-
-    problem: str
-    algorithm: str
-    fidelity: str
-    finished_seeds: list[int]
-    expected: int
-    curves: dict[str, list[tuple[int, float]]]  # metric -> [(step, value)]
-    summary: dict[str, float]
-    metric_description: str
-    metric_column: str
-    include_initial: bool
-
-
 class MlflowUnavailable(RuntimeError):
     """The study has no MLflow experiment or parent run to attach the report to."""
 
 
-def log_report(uri: str, study_name: str, dashboard: Path, cells: Iterable[AggregateCell]) -> dict[str, Any]:
+def log_report(uri: str, study_name: str, dashboard: Path, cells: Iterable["AggregateCell"]) -> dict[str, Any]:
     """Attach the dashboard folder to the parent run and (re)write one aggregate run per cell.
 
     Aggregate runs of an earlier report are deleted first, so re-running the report leaves one

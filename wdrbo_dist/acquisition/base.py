@@ -100,8 +100,8 @@ class Algorithm(abc.ABC):
         self.options = self.resolve_options(fidelity, options or {})
 
     @classmethod
-    def cost_estimate(cls, fidelity: str, options: Mapping[str, Any]) -> float:
-        """Expected run time relative to ERBO with these options (for longest-first scheduling)."""
+    def cost_estimate(cls, options: Mapping[str, Any]) -> float:
+        """Expected run time relative to ERBO with these resolved options (longest-first scheduling)."""
         return cls.relative_cost
 
     @classmethod

@@ -144,11 +144,10 @@ class DRBOMMD(Algorithm):
         return resolved
 
     @classmethod
-    def cost_estimate(cls, fidelity: str, options: Mapping[str, Any]) -> float:
-        resolved = cls.resolve_options(fidelity, options)
-        if resolved["mmd_working_set"]:
+    def cost_estimate(cls, options: Mapping[str, Any]) -> float:
+        if options["mmd_working_set"]:
             return cls.relative_cost
-        return cls.COMPLETE_PROGRAM_COST[resolved["mmd_solver"]]
+        return cls.COMPLETE_PROGRAM_COST[options["mmd_solver"]]
 
     def grid(self) -> Tensor:
         if self._grid is None:

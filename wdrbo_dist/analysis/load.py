@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from wdrbo_dist.records import SUMMED_COLUMNS
 from wdrbo_dist.run import RunSpec
 from wdrbo_dist.store import ResultStore
 
 FINISHED, FAILED, MISSING = "finished", "failed", "missing"
 STATUSES = (FINISHED, FAILED, MISSING)
 
-TIME_COLUMNS = ("time_fit_s", "time_acquisition_s", "inner_solve_s", "time_truth_s")  # summed per run
+RUN_TIMES = tuple(c for c in SUMMED_COLUMNS if c.endswith("_s"))  # the durations a run's row sums
 CELL = ["fidelity", "problem", "algorithm"]
 
 
@@ -82,7 +83,7 @@ def late_regret(regret_in_step_order: pd.Series, last: int = LATE_STEPS) -> floa
     return float(regret_in_step_order.iloc[-last:].mean())
 
 
-STEP_INPUT = ("step", "is_initial", "regret", "regret_reference", "time_step_s", *TIME_COLUMNS)
+STEP_INPUT = ("step", "is_initial", "regret", "regret_reference", "time_step_s", *RUN_TIMES)
 
 
 def per_step(records: pd.DataFrame, metric: Metric) -> dict[str, np.ndarray]:
@@ -122,7 +123,7 @@ def _finished_row(records: pd.DataFrame, meta: dict[str, Any], metric: Metric) -
         "wall_time_s": wall,
         "n_steps": int(len(records)),
     }
-    for column in TIME_COLUMNS:
+    for column in RUN_TIMES:
         row[column] = float(records[column].sum())
     return row, curve
 
@@ -167,7 +168,7 @@ def load_runs(
             row.update(status=FAILED, error=error)
         rows.append(row)
     columns = [*CELL, "seed", "run_key", "label", "status", "error", "final_cumulative_regret",
-               "final_regret", "wall_time_s", *TIME_COLUMNS, "n_steps"]
+               "final_regret", "wall_time_s", *RUN_TIMES, "n_steps"]
     runs = pd.DataFrame(rows).reindex(columns=columns)
     runs["n_steps"] = runs["n_steps"].astype("Int64")
     return runs, _stack_curves(curves)

@@ -19,7 +19,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 import plotly.io as pio
@@ -30,9 +29,6 @@ from wdrbo_dist.analysis.load import FAILED, FINISHED, MISSING, StudyData
 from wdrbo_dist.analysis.statistics import grouped_mean_se
 from wdrbo_dist import __version__
 from wdrbo_dist.analysis.tables import DISPLAY_FILES, MAIN_TITLE, Tables, build_tables, markdown_report, to_markdown
-
-if TYPE_CHECKING:
-    from wdrbo_dist.tracking import AggregateCell
 
 MAX_LISTED_PROBLEMS = 200  # failed/missing runs listed on the page (all of them are in the CSV)
 
@@ -218,11 +214,26 @@ def build_report(data: StudyData, folder: Path, source: str = "") -> tuple[Table
 STEP_VALUES = ("cumulative_regret", "regret", "elapsed_s")  # the curves an aggregate run holds
 
 
-def aggregate_cells(data: StudyData, tables: Tables, fidelity: str) -> list["AggregateCell"]:
+@dataclass
+class AggregateCell:
+    """What one aggregate run holds: a problem x algorithm's curves across seeds and summaries."""
+
+    problem: str
+    algorithm: str
+    fidelity: str
+    finished_seeds: list[int]
+    expected: int
+    curves: dict[str, list[tuple[int, float]]]  # metric -> [(step, value)]
+    summary: dict[str, float]
+    metric_description: str
+    metric_column: str
+    include_initial: bool
+
+
+def aggregate_cells(data: StudyData, tables: Tables, fidelity: str) -> list[AggregateCell]:
     """One aggregate per problem x algorithm with runs: per-step mean / SE across seeds of
     `STEP_VALUES`, and run-level summaries (non-finite values are left out)."""
     from wdrbo_dist.analysis.statistics import mean_se
-    from wdrbo_dist.tracking import AggregateCell
 
     cells = []
     ranks = tables.ranks

@@ -1,4 +1,4 @@
-"""The analysis commands of `wdrbo-dist`: summarize and report (loaded by cli.build_parser)."""
+"""The analysis commands of `wdrbo-dist`: summarize and report (added by cli.build_parser)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from wdrbo_dist.cli import UsageError
+from wdrbo_dist.cli.usage import UsageError
 
 METRICS = ("regret", "regret_reference")
 

@@ -1,4 +1,4 @@
-"""The study commands of `wdrbo-dist`: run, status, submit (loaded by cli.build_parser)."""
+"""The study commands of `wdrbo-dist`: run, status, submit (added by cli.build_parser)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from wdrbo_dist.cli import UsageError
+from wdrbo_dist.cli.usage import UsageError
 
 # `run` while another driver holds the output folder: not bad input (2) but "busy, try again
 # later", sysexits.h's EX_TEMPFAIL, so that a job wrapper can tell the two apart.

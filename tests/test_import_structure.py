@@ -1,0 +1,95 @@
+"""The package's layers, read from its imports: no cycle, and no layer reaching up.
+
+A component is a top-level module or a sub-package of `wdrbo_dist`. Every import that runs
+counts, a function's deferred import included; imports under `if TYPE_CHECKING:` do not (they
+name types, nothing runs). The layers, lowest first, are the architecture's data flow: a run
+is pure and knows nothing of where it is stored, tracked or scheduled; analysis reads the store
+and writes files; only the command line sees everything.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import wdrbo_dist
+
+PACKAGE = Path(wdrbo_dist.__file__).parent
+
+LAYERS: list[set[str]] = [
+    {"__init__", "threads", "records", "data"},
+    {"models", "problems"},
+    {"acquisition"},
+    {"algorithms"},
+    {"run"},
+    {"store", "tracking"},
+    {"backends", "submit"},
+    {"config"},
+    {"study", "analysis"},
+    {"cli"},
+]
+
+
+def component(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _runtime_nodes(tree: ast.Module) -> Iterator[ast.AST]:
+    """Every node except the bodies of `if TYPE_CHECKING:` blocks."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            stack.extend(node.orelse)
+            continue
+        yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        source = "__init__" if parts == ("__init__",) else parts[0]
+        targets = graph.setdefault(source, set())
+        for node in _runtime_nodes(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            for name in names:
+                if name == "wdrbo_dist" or name.startswith("wdrbo_dist."):
+                    target = component(name)
+                    if target != source and ((PACKAGE / target).is_dir() or (PACKAGE / f"{target}.py").is_file()):
+                        targets.add(target)
+    return graph
+
+
+def layer_of(name: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if name in layer)
+
+
+def test_every_component_has_a_layer() -> None:
+    components = {p.stem for p in PACKAGE.glob("*.py")} | {p.name for p in PACKAGE.iterdir() if p.is_dir()}
+    components = {c for c in components if not c.startswith("__pycache__")}
+    assert components == set().union(*LAYERS)
+
+
+def test_no_component_imports_one_of_its_own_layer_or_above() -> None:
+    upward = sorted(
+        f"{source} (layer {layer_of(source)}) imports {target} (layer {layer_of(target)})"
+        for source, targets in import_graph().items()
+        for target in targets
+        if layer_of(target) >= layer_of(source)
+    )
+    assert upward == []
+
+
+def test_the_run_knows_nothing_of_storage_tracking_or_scheduling() -> None:
+    graph = import_graph()
+    assert not graph["run"] & {"store", "tracking", "backends", "study", "config"}
+    assert not graph["analysis"] & {"tracking", "backends", "study"}  # analysis reads the store only
