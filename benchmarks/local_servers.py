@@ -168,6 +168,14 @@ def start_mlflow_server(root: Path, port: int | None = None) -> MlflowServer:
     return MlflowServer(f"http://127.0.0.1:{port}", process, log)
 
 
+def start_mlflow_ui(tracking_uri: str, log: Path, port: int | None = None) -> MlflowServer:
+    """`mlflow ui` over `tracking_uri` on 127.0.0.1, as the README starts it; not waited for."""
+    port = port or free_port()
+    process = subprocess.Popen(
+        [str(BIN / "mlflow"), "ui", "--host", "127.0.0.1", "--port", str(port), "--backend-store-uri", tracking_uri],
+        stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    return MlflowServer(f"http://127.0.0.1:{port}", process, log)
 
 
 def processes() -> dict[int, tuple[int, str, float]]:

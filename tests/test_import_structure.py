@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"models", "problems"},
     {"acquisition"},
     {"algorithms"},
-    {"run"},
+    {"run", "mlflow_views"},
     {"store", "tracking"},
     {"backends", "submit"},
     {"config"},

@@ -189,6 +189,7 @@ class StudyReport:
     interrupted: bool = False
     wall_time_s: float = 0.0
     tracking_warnings: list[str] = field(default_factory=list)
+    runs_address: str = ""  # the study's runs in the MLflow UI, when tracked
 
     @property
     def exit_code(self) -> int:
@@ -227,6 +228,8 @@ class StudyReport:
         if self.failed or p.failed:
             out.append(f"tracebacks: {self.study.output_dir / 'failed'}/<run_key>.json")
         out.extend(f"warning: {w}" for w in self.tracking_warnings[:5])
+        if self.runs_address:
+            out.append(f"MLflow UI: {self.runs_address}")
         return out
 
 
@@ -286,6 +289,7 @@ def _run_locked(
     _write_study_file(study)
     if tracker is not None:
         tracker.start(study, _config_text(study), {"backend": backend, "workers": workers})
+        report.runs_address = tracker.runs_address()
         # A run about to run again (set aside as damaged, or --force) keeps no FINISHED child.
         logged, killed = tracker.reconcile(store, [r.run_key for r in plan.runs], rerun=[r.run_key for r in plan.todo])
         if logged or killed:

@@ -3,7 +3,8 @@
 The driver then runs on the cluster's head node (`wdrbo-dist run CONFIG --backend ray
 --address auto`), so a laptop can disconnect while the study runs. The working folder is
 uploaded without `.venv`, `.git` and results; the cluster's Python must have the package's
-dependencies installed (see jobs/README.md).
+dependencies installed (see jobs/README.md). A config outside the working folder travels in
+the job's environment and is written into the job's folder before the study starts.
 
 Ray 2.60 token authentication: when the cluster runs with `RAY_AUTH_MODE=token`, the client
 sends the token found in `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`, but
@@ -26,15 +27,33 @@ UPLOAD_EXCLUDES = [
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
+UPLOADED_CONFIG_ENV = "WDRBO_STUDY_CONFIG"
+
+
 class SubmitError(RuntimeError):
-    """The job could not be submitted (bad address, auth, config outside the working dir)."""
+    """The job could not be submitted (bad address, auth, unreadable config)."""
 
 
-def job_entrypoint(config_rel: str, workers: int | None, extra: list[str]) -> str:
+def job_command(config: Path, working_dir: Path, workers: int | None, extra: list[str]) -> tuple[str, str, dict[str, str]]:
+    """(entrypoint, config path inside the job's folder, environment the config needs).
+
+    Ray runs the entrypoint in a shell, in the unpacked working folder.
+    """
+    env: dict[str, str] = {}
+    try:
+        config_rel = str(config.resolve().relative_to(working_dir.resolve()))
+        prefix = ""
+    except ValueError:
+        config_rel = f".wdrbo-submitted-{config.name}"
+        try:
+            env[UPLOADED_CONFIG_ENV] = config.read_text()
+        except OSError as exc:
+            raise SubmitError(f"CONFIG {config}: {exc.strerror or exc}") from None
+        prefix = f'printf %s "${UPLOADED_CONFIG_ENV}" > {shlex.quote(config_rel)} && '
     parts = ["python", "-m", "wdrbo_dist.cli", "run", config_rel, "--backend", "ray", "--address", "auto"]
     if workers:
         parts += ["--workers", str(workers)]
-    return " ".join(shlex.quote(p) for p in parts + extra)
+    return prefix + " ".join(shlex.quote(p) for p in parts + extra), config_rel, env
 
 
 def submit_study(
@@ -52,24 +71,19 @@ def submit_study(
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     working_dir = working_dir.resolve()
-    try:
-        config_rel = str(config.resolve().relative_to(working_dir))
-    except ValueError:
-        raise SubmitError(
-            f"CONFIG {config} must be inside the uploaded working dir {working_dir} (see --working-dir)"
-        ) from None
+    entrypoint, config_rel, config_env = job_command(config, working_dir, workers, extra_args or [])
     try:
         client = JobSubmissionClient(address)
     except Exception as exc:  # noqa: BLE001 - connection, auth, version: one line for the user
         raise SubmitError(f"--address {address}: {' '.join(str(exc).split())[:300]}") from None
     submission_id = f"wdrbo-{study_name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     job_id = client.submit_job(
-        entrypoint=job_entrypoint(config_rel, workers, extra_args or []),
+        entrypoint=entrypoint,
         submission_id=submission_id,
         runtime_env={
             "working_dir": str(working_dir),
             "excludes": UPLOAD_EXCLUDES,
-            "env_vars": {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1"},
+            "env_vars": {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", **config_env},
         },
         metadata={"study": study_name, "config": config_rel},
     )

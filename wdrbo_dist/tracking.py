@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wdrbo_dist import __version__
+from wdrbo_dist.mlflow_views import View, comparison_view, study_view, ui_address
 from wdrbo_dist.run import RunResult, RunSpec
 
 if TYPE_CHECKING:
@@ -332,12 +333,16 @@ class StudyTracker:
     def _experiment(self) -> str:
         experiment_id = self._get_or_create_experiment()
         # MLflow 3's UI sorts experiments into GenAI and model-training kinds by this tag (its
-        # enum value "custom_model_development"). Not enough on its own in MLflow 3.17.2: the
-        # experiment's page still opened on the GenAI overview in a headless browser; the
-        # runs table is at #/experiments/<id>/runs (issue 14).
+        # enum value "custom_model_development"); the saved view is what opens the runs table
+        # (see mlflow_views).
         if self.client.get_experiment(experiment_id).tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
             self.client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        save_view(self.client, experiment_id, study_view(self.study_name))
         return experiment_id
+
+    def runs_address(self) -> str:
+        """The address of the study's runs in the MLflow UI (its saved view)."""
+        return study_view(self.study_name).address(ui_address(self.uri), self.experiment_id)
 
     def _get_or_create_experiment(self) -> str:
         from mlflow.entities import LifecycleStage
@@ -453,6 +458,11 @@ class StudyTracker:
         return logged, killed
 
 
+def save_view(client: "MlflowClient", experiment_id: str, view: View) -> None:
+    key, value = view.tag()
+    client.set_experiment_tag(experiment_id, key, value)
+
+
 # --- the report: the dashboard on the parent run, one aggregate run per cell -------------------------
 
 AGGREGATE_ROLE = "aggregate"
@@ -466,7 +476,8 @@ def log_report(uri: str, study_name: str, dashboard: Path, cells: Iterable["Aggr
     """Attach the dashboard folder to the parent run and (re)write one aggregate run per cell.
 
     Aggregate runs of an earlier report are deleted first, so re-running the report leaves one
-    aggregate per cell. Returns the ids for the caller to print.
+    aggregate per cell, and saves one MLflow UI view per problem that overlays its algorithms.
+    Returns the ids and the views' addresses for the caller to print.
     """
     from mlflow.entities import Metric, Param
 
@@ -487,6 +498,7 @@ def log_report(uri: str, study_name: str, dashboard: Path, cells: Iterable["Aggr
         client.delete_run(old.info.run_id)
     now = int(time.time() * 1000)
     created: list[str] = []
+    comparisons: dict[str, str] = {}
     for cell in cells:
         name = f"agg|{cell.problem}|{cell.algorithm}"
         n_finished = len(cell.finished_seeds)
@@ -508,4 +520,10 @@ def log_report(uri: str, study_name: str, dashboard: Path, cells: Iterable["Aggr
             client.log_batch(run_id, metrics=chunk)
         client.set_terminated(run_id, status=FINISHED if n_finished else FAILED)
         created.append(run_id)
-    return {"experiment_id": experiment_id, "parent_run_id": parent_id, "aggregate_run_ids": created}
+        view = comparison_view(cell.fidelity, cell.problem)
+        if view.name not in comparisons:
+            save_view(client, experiment_id, view)
+            comparisons[view.name] = view.address(ui_address(uri), experiment_id)
+    return {"experiment_id": experiment_id, "parent_run_id": parent_id, "aggregate_run_ids": created,
+            "runs_view": study_view(study_name).address(ui_address(uri), experiment_id),
+            "comparison_views": comparisons}

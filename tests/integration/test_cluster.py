@@ -64,7 +64,9 @@ def test_a_study_submitted_as_a_ray_job_is_found_in_the_store_and_the_server(ray
     workdir = tmp_path / "project"
     (workdir / ".venv").mkdir(parents=True)
     (workdir / ".venv" / "huge.bin").write_bytes(os.urandom(1024))  # never uploaded
-    config = write_study(workdir / "study.yaml", "jobs", mlflow_server.uri, tmp_path / "out", algorithms=["gp-ucb"])
+    (tmp_path / "elsewhere").mkdir()  # the config is not in the uploaded folder: it travels with the job
+    config = write_study(tmp_path / "elsewhere" / "study.yaml", "jobs", mlflow_server.uri, tmp_path / "out",
+                         algorithms=["gp-ucb"])
     out = subprocess.run(
         [CLI, "submit", str(config), "--address", ray_cluster.dashboard_url, "--working-dir", str(workdir)],
         env=ray_cluster.env, capture_output=True, text=True, timeout=600,
@@ -77,9 +79,9 @@ def test_a_study_submitted_as_a_ray_job_is_found_in_the_store_and_the_server(ray
     assert store.finished_keys() == keys
     statuses = finished_once(mlflow_server.uri, "jobs")
     assert set(statuses) == keys and all(s == ["FINISHED"] for s in statuses.values())
-    # The upload: the config went (unpacked on the cluster), the .venv did not.
-    unpacked = [p for p in ray_cluster.root.rglob("study.yaml") if "working_dir_files" in p.parts]
-    assert unpacked, "the uploaded working dir was not found under the cluster's temp dir"
+    # The upload: the config went (written into the unpacked folder on the cluster), the .venv did not.
+    unpacked = [p for p in ray_cluster.root.rglob(".wdrbo-submitted-study.yaml") if "working_dir_files" in p.parts]
+    assert unpacked and unpacked[0].read_text() == config.read_text(), "the config is not in the job's folder"
     assert not list(ray_cluster.root.rglob("huge.bin"))
     # The cluster's records are the driver's: the same spec gives the same records anywhere, bit
     # for bit, when it runs with the same number of torch threads (a run gets its resources'

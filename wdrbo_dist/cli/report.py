@@ -91,5 +91,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             print(f"MLflow: dashboard logged to parent run {ids['parent_run_id']} and "
                   f"{len(ids['aggregate_run_ids'])} aggregate runs (tag role=aggregate) in {study.tracking_uri}")
+            print(f"MLflow UI, the runs: {ids['runs_view']}")
+            for name, address in ids["comparison_views"].items():
+                print(f"MLflow UI, {name}: {address}")
     print(f"dashboard: {files.page.resolve()}")
     return status

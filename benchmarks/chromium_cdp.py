@@ -1,5 +1,5 @@
-"""Headless Chromium for the dashboard test: install Debian's package if needed, then load a
-page through the DevTools protocol over a pipe (no websocket library, no network).
+"""Headless Chromium for the page tests and the screenshots: install Debian's package if needed,
+then load a page through the DevTools protocol over a pipe (no websocket library, no network).
 
 Why CDP rather than `--dump-dom`: the test must see console errors and uncaught exceptions,
 which only the protocol reports reliably.
@@ -63,6 +63,7 @@ FLAGS = (
     "--disable-sync",
     "--disable-dev-shm-usage",
     "--remote-debugging-pipe",
+    "--window-size=1920,1080",  # wide enough that the runs table renders every chosen column
 )
 
 
@@ -177,8 +178,9 @@ class _Pipe:
 
 
 def load_page(binary: str, url: str, user_data_dir: Path, expressions: dict[str, str],
-              ready_expression: str, timeout: float = 60.0) -> PageReport:
-    """Open `url`, wait until `ready_expression` is true, evaluate `expressions`, collect errors."""
+              ready_expression: str, timeout: float = 60.0, screenshot: Path | None = None) -> PageReport:
+    """Open `url`, wait until `ready_expression` is true, evaluate `expressions`, collect errors;
+    with `screenshot`, save what the window shows there as PNG."""
     pipe = _Pipe(binary, user_data_dir)
     report = PageReport()
     try:
@@ -201,6 +203,11 @@ def load_page(binary: str, url: str, user_data_dir: Path, expressions: dict[str,
             result = pipe.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
                                session=session)
             report.evaluations[name] = result["result"].get("value")
+        if screenshot is not None:
+            import base64
+
+            shot = pipe.call("Page.captureScreenshot", {"format": "png"}, session=session)
+            Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
         for event in pipe.events:
             method, params = event.get("method"), event.get("params", {})
             if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
