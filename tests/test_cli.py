@@ -65,3 +65,21 @@ def test_bad_input_gets_one_clear_line_and_exit_code_2(args: list[str], message:
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
     assert not (tmp_path / "r.parquet").exists()
+
+
+def test_library_notices_go_to_the_log_and_their_errors_still_show(tmp_path, capsys) -> None:
+    import logging
+
+    from wdrbo_dist.cli.library_logs import library_logs_to, log_file
+
+    path = log_file(tmp_path, "run")
+    with library_logs_to(path, imports=("mlflow",)):  # MLflow sets its loggers to INFO on import
+        logging.getLogger("ray._private.something").warning("a notice nobody can act on")
+        logging.getLogger("mlflow.store").info("creating tables")
+        logging.getLogger("mlflow.tracking").error("the server refused the run")
+    logging.getLogger("ray").warning("after the block: not in the log")
+    err = capsys.readouterr().err
+    assert "a notice" not in err and "creating tables" not in err
+    assert "mlflow.tracking: ERROR: the server refused the run" in err
+    text = path.read_text()
+    assert "a notice nobody can act on" in text and "creating tables" in text and "after the block" not in text

@@ -88,3 +88,16 @@ def ui_address(tracking_uri: str) -> str:
     if tracking_uri.startswith(("http://", "https://")):
         return tracking_uri.rstrip("/")
     return MLFLOW_UI_DEFAULT
+
+
+def serve_command(tracking_uri: str) -> str:
+    """The command that serves the UI for a store with no server of its own ('' for a server)."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return ""
+    return f"mlflow ui --backend-store-uri {tracking_uri}"
+
+
+def ui_line(label: str, address: str, tracking_uri: str) -> str:
+    """`MLflow UI[, label]: address`, with the command to start the UI where one is needed."""
+    command = serve_command(tracking_uri)
+    return f"MLflow UI{', ' + label if label else ''}: {address}" + (f"  (after `{command}`)" if command else "")

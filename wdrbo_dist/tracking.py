@@ -14,7 +14,7 @@ step. Two modes, chosen from the URI:
 On every start the driver reconciles: each finished run of the store without a FINISHED child
 run is logged from the store (a driver killed between store and tracker loses nothing).
 A server that stops answering mid-study costs seconds, not minutes: MLflow's HTTP retries are
-bounded (`HTTP_RETRY_SETTINGS`), a worker probes /health before logging, and the driver keeps
+bounded (`MLFLOW_CLIENT_SETTINGS`), a worker probes /health before logging, and the driver keeps
 the results the server missed in a backlog that it logs when the server answers again.
 
 Child runs are named `problem|algorithm|s<seed>` and tagged `role=run`, `run_key`, `study`,
@@ -72,18 +72,21 @@ def tracking_mode(uri: str) -> str:
 # hosted servers). A study's own server that stopped answering would then cost minutes per run;
 # the store holds every result anyway, so a few seconds of retries is enough. A user's own
 # setting of these variables wins.
-HTTP_RETRY_SETTINGS = {
+MLFLOW_CLIENT_SETTINGS = {
     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
     "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+    # And no "View run ... at ..." line per run on the terminal: a study prints the address of
+    # its runs view once, at the end.
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
 }
 
 
 PROBE_INTERVAL_S = 15.0  # how often a driver asks a server that stopped answering whether it is back
 
 
-def bound_http_retries() -> None:
-    for name, value in HTTP_RETRY_SETTINGS.items():
+def apply_client_settings() -> None:
+    for name, value in MLFLOW_CLIENT_SETTINGS.items():
         os.environ.setdefault(name, value)
 
 
@@ -256,7 +259,7 @@ class WorkerTracking:
     def log(self, result: RunResult) -> str:
         """Log the child run; a server that does not answer costs one quick probe, not the
         retries of every call (the driver logs the run itself, now or when the server is back)."""
-        bound_http_retries()
+        apply_client_settings()
         if not server_answers(self.uri):
             raise TrackingError(f"tracking_uri {self.uri}: the server does not answer")
         return log_child_run(_client(self.uri), self.experiment_id, self.parent_run_id, result)
@@ -290,7 +293,7 @@ class StudyTracker:
     """The driver's MLflow view of one study: experiment, parent run, child runs."""
 
     def __init__(self, uri: str, study_name: str) -> None:
-        bound_http_retries()
+        apply_client_settings()
         self.uri = uri
         # Set when the server stopped answering mid-study; the results it missed wait in
         # `backlog` (with the child run a worker opened, if any) until `answers_again`.

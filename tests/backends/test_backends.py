@@ -45,12 +45,18 @@ def test_serial_local_and_ray_give_identical_records(tmp_path: Path) -> None:
     # Ray as a user starts it: the command line, a local Ray of its own (token auth, the token
     # in the environment so that nothing is written to ~/.ray).
     config = tmp_path / "ray.yaml"
-    config.write_text(yaml.safe_dump(data | {"output_dir": str(tmp_path / "ray")}))
+    config.write_text(yaml.safe_dump(data | {"output_dir": str(tmp_path / "ray"),
+                                             "tracking_uri": f"sqlite:///{tmp_path}/mlflow.db"}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
     out = subprocess.run([CLI, "run", str(config), "--backend", "ray", "--workers", "2", "--quiet"],
                          env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    # The terminal holds our lines only: Ray's and MLflow's notices are in the log it names.
+    assert "Token authentication" not in out.stderr and "mlflow.store" not in out.stderr, out.stderr
+    log = Path(out.stderr.splitlines()[-1].removeprefix("library messages (Ray, MLflow): "))
+    assert log.parent == tmp_path / "ray" / "logs"
+    assert "INFO mlflow.store.db.utils: Creating initial MLflow database tables" in log.read_text()
     stores = [ResultStore(tmp_path / name) for name in ("serial", "local", "ray")]
     keys = {r.run_key for r in serial.runs}
     assert all(store.finished_keys() == keys for store in stores)

@@ -91,8 +91,10 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             print(f"MLflow: dashboard logged to parent run {ids['parent_run_id']} and "
                   f"{len(ids['aggregate_run_ids'])} aggregate runs (tag role=aggregate) in {study.tracking_uri}")
-            print(f"MLflow UI, the runs: {ids['runs_view']}")
+            from wdrbo_dist.mlflow_views import ui_line
+
+            print(ui_line("the runs", ids["runs_view"], study.tracking_uri))
             for name, address in ids["comparison_views"].items():
-                print(f"MLflow UI, {name}: {address}")
+                print(ui_line(name, address, study.tracking_uri))
     print(f"dashboard: {files.page.resolve()}")
     return status

@@ -64,11 +64,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     from wdrbo_dist.study import run_study
     from wdrbo_dist.tracking import TrackingError
 
+    from wdrbo_dist.cli.library_logs import library_logs_to, log_file, mention
+
+    libraries = (("mlflow",) if study.tracking_enabled else ()) + (("ray",) if backend == "ray" else ())
     try:
-        report = run_study(
-            study, backend=backend, workers=args.workers, address=args.address,
-            force=args.force, rerun_failed=args.rerun_failed, progress=not args.quiet,
-        )
+        with library_logs_to(log_file(study.output_dir, "run"), libraries) as log:
+            report = run_study(
+                study, backend=backend, workers=args.workers, address=args.address,
+                force=args.force, rerun_failed=args.rerun_failed, progress=not args.quiet,
+            )
     except (TrackingError, ClusterUnreachable) as exc:
         raise UsageError(str(exc)) from None
     except FolderInUse as exc:
@@ -76,6 +80,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_IN_USE
     for line in report.lines():
         print(line, flush=True)
+    mention(log)
     if report.cluster_gone:
         from wdrbo_dist.backends.ray_backend import exit_if_abandoned
 
@@ -129,14 +134,18 @@ def cmd_submit(args: argparse.Namespace) -> int:
     from wdrbo_dist.submit import SubmitError, submit_study
 
     extra = (["--force"] if args.force else []) + (["--rerun-failed"] if args.rerun_failed else []) + ["--quiet"]
+    from wdrbo_dist.cli.library_logs import library_logs_to, log_file, mention
+
     try:
-        job_id, status = submit_study(
-            Path(args.config), args.address, study.name, Path(args.working_dir),
-            workers=args.workers, extra_args=extra, wait=not args.no_wait,
-        )
+        with library_logs_to(log_file(study.output_dir, "submit"), ("ray",)) as log:
+            job_id, status = submit_study(
+                Path(args.config), args.address, study.name, Path(args.working_dir),
+                workers=args.workers, extra_args=extra, wait=not args.no_wait,
+            )
     except SubmitError as exc:
         raise UsageError(str(exc)) from None
     print(f"job {job_id}: {status}")
+    mention(log)
     if args.no_wait:
         return 0
     return 0 if status == "SUCCEEDED" else 1
