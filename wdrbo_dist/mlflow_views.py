@@ -97,7 +97,8 @@ def serve_command(tracking_uri: str) -> str:
     return f"mlflow ui --backend-store-uri {tracking_uri}"
 
 
-def ui_line(label: str, address: str, tracking_uri: str) -> str:
-    """`MLflow UI[, label]: address`, with the command to start the UI where one is needed."""
+def ui_lines(addresses: dict[str, str], tracking_uri: str) -> list[str]:
+    """`MLflow UI[, label]: address` per view, after the command that starts the UI if one is needed."""
     command = serve_command(tracking_uri)
-    return f"MLflow UI{', ' + label if label else ''}: {address}" + (f"  (after `{command}`)" if command else "")
+    lines = [f"MLflow UI: start it with `{command}`, then open:"] if command else []
+    return lines + [f"MLflow UI{', ' + label if label else ''}: {address}" for label, address in addresses.items()]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from wdrbo_dist.backends import map_tasks
 from wdrbo_dist.backends.task import ClusterGone, Outcome, Task
 from wdrbo_dist.config import StudySpec
-from wdrbo_dist.mlflow_views import ui_line
+from wdrbo_dist.mlflow_views import ui_lines
 from wdrbo_dist.run import RunResult, RunSpec, resolved_options
 from wdrbo_dist.store import ResultStore, driver_lock, write_json_atomic
 from wdrbo_dist.tracking import StudyTracker, check_tracking_uri
@@ -230,7 +230,7 @@ class StudyReport:
             out.append(f"tracebacks: {self.study.output_dir / 'failed'}/<run_key>.json")
         out.extend(f"warning: {w}" for w in self.tracking_warnings[:5])
         if self.runs_address:
-            out.append(ui_line("", self.runs_address, self.study.tracking_uri))
+            out += ui_lines({"": self.runs_address}, self.study.tracking_uri)
         return out
 
 

@@ -48,7 +48,7 @@ def tracked_study(tmp_path_factory):
         wait_for(ui.up, 120, "mlflow ui", ui.log)
         addresses = {}
         for line in printed:
-            found = re.match(r"MLflow UI(?:, (.+?))?: (\S+)", line)
+            found = re.match(r"MLflow UI(?:, (.+?))?: (http\S+)$", line)
             if found:
                 addresses[found.group(1) or "runs"] = found.group(2).replace(MLFLOW_UI_DEFAULT, ui.uri)
         yield addresses, root

@@ -91,10 +91,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             print(f"MLflow: dashboard logged to parent run {ids['parent_run_id']} and "
                   f"{len(ids['aggregate_run_ids'])} aggregate runs (tag role=aggregate) in {study.tracking_uri}")
-            from wdrbo_dist.mlflow_views import ui_line
+            from wdrbo_dist.mlflow_views import ui_lines
 
-            print(ui_line("the runs", ids["runs_view"], study.tracking_uri))
-            for name, address in ids["comparison_views"].items():
-                print(ui_line(name, address, study.tracking_uri))
+            for line in ui_lines({"the runs": ids["runs_view"], **ids["comparison_views"]}, study.tracking_uri):
+                print(line)
     print(f"dashboard: {files.page.resolve()}")
     return status
