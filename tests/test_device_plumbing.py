@@ -1,0 +1,64 @@
+"""Where a run moves tensors to the host, on purpose: the places a GPU run pays a transfer.
+
+A run on `--device cuda` keeps the GP, the acquisitions and the optimiser on the device; a few
+places move data to the host by design. This test watches every explicit host move (`.cpu()`,
+`.numpy()`, `.tolist()`) of a short run of every algorithm, on any machine, and fails when one
+happens anywhere else: a new transfer is a decision, added here with its reason. It does not
+show that tensors are *created* on the device (that needs a GPU: issue 16).
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections import Counter
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from wdrbo_dist.algorithms import ALGORITHMS
+from wdrbo_dist.run import RunSpec, run_one
+
+HOST_MOVES = {torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.tolist}
+ON_PURPOSE = {
+    ("run.py", "evaluate"): "the observation and its expected value go to the records",
+    ("acquisition/optimize.py", "boltzmann_starts"):
+        "start points are drawn with the algorithm stream's CPU generator: the same starts on every device",
+    ("models/gp.py", "fit_gp"): "the GP's hyperparameters are fitted by SciPy's L-BFGS-B on the host",
+    ("acquisition/drbo_mmd.py", "factor"): "DRBO-MMD's conic program is solved on the CPU",
+    ("acquisition/drbo_mmd.py", "acquisition"): "DRBO-MMD's conic program is solved on the CPU",
+    ("acquisition/drbo_mmd.py", "forward"): "DRBO-MMD's conic program is solved on the CPU",
+    ("acquisition/drbo_mmd.py", "worst_case"): "DRBO-MMD's conic program is solved on the CPU",
+    ("acquisition/drbo_kde.py", "_solved"): "DRBO-KDE's LP route (drbokde_closed_form: false) is solved on the CPU",
+}
+FAST = {"num_restarts": 2, "raw_samples": 32, "batch_limit": 32}
+
+
+class HostMoves(TorchFunctionMode):
+    """Counts explicit host moves by the package function that made them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sites: Counter[tuple[str, str]] = Counter()
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in HOST_MOVES:
+            for frame in reversed(traceback.extract_stack()[:-1]):
+                if "/wdrbo_dist/" in frame.filename:
+                    self.sites[(frame.filename.split("/wdrbo_dist/", 1)[1], frame.name)] += 1
+                    break
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(("algorithm", "options"), [
+    *((name, {}) for name in ALGORITHMS),
+    ("drbo-kde", {"drbokde_closed_form": False}),  # the LP route
+])
+def test_a_run_moves_tensors_to_the_host_only_where_it_means_to(algorithm: str, options: dict) -> None:
+    spec = RunSpec.make(options=FAST | options, algorithm=algorithm, problem="newsvendor", seed=1,
+                        evaluations=6, init_size=4)
+    with HostMoves() as moves:
+        assert run_one(spec, capture_errors=False).ok
+    unexpected = sorted(set(moves.sites) - set(ON_PURPOSE))
+    assert unexpected == [], f"host moves outside the known places: {unexpected}"
+    assert moves.sites[("run.py", "evaluate")] > 0  # the watch sees the package's moves at all
