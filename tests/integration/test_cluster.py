@@ -73,6 +73,10 @@ def test_a_study_submitted_as_a_ray_job_is_found_in_the_store_and_the_server(ray
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "SUCCEEDED" in out.stdout and "study jobs: 4 runs; this command: 4 finished, 0 failed" in out.stdout
+    # Ray's packaging notices are in the log named at the end, not on the terminal.
+    assert "packag" not in out.stderr.lower() and "packag" not in out.stdout.lower(), out.stderr
+    log = Path(out.stderr.splitlines()[-1].removeprefix("library messages (Ray, MLflow): "))
+    assert "packag" in log.read_text().lower()
     study = load_study_config(config)
     store = ResultStore(study.output_dir)
     keys = {r.run_key for r in study.runs}
