@@ -25,7 +25,8 @@ cumulative_regret_reference, best_y, time_step_s, time_fit_s, time_acquisition_s
 Run metrics: final_cumulative_regret, final_cumulative_regret_reference, final_regret,
 final_best_y, wall_time_s, total_time_fit_s, total_time_acquisition_s, total_time_truth_s,
 total_inner_solve_s, total_inner_solves, total_inner_programs, total_inner_failures. Artifacts: records.parquet (or
-traceback.txt for a failed run).
+traceback.txt for a failed run). The experiment holds saved views of the MLflow UI
+(`mlflow_views`): the study's runs, and after `report` one comparison per problem.
 """
 
 from __future__ import annotations
