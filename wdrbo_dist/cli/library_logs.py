@@ -20,6 +20,18 @@ LIBRARY_LOGGERS = ("ray", "mlflow", "alembic", "py.warnings")
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+class _LazyFileHandler(logging.FileHandler):
+    """Creates its folder and file with the first record: a command that logs nothing (or
+    stops at bad input) leaves no trace."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, delay=True)
+
+    def _open(self):
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
 def log_file(folder: Path, command: str) -> Path:
     return folder / "logs" / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}.log"
 
@@ -29,8 +41,7 @@ def library_logs_to(path: Path, imports: tuple[str, ...] = ("mlflow",)) -> Itera
     """Within the block, the libraries' records below ERROR go to `path` (created on the first)."""
     for module in imports:
         importlib.import_module(module)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    to_file = logging.FileHandler(path, delay=True)
+    to_file = _LazyFileHandler(path)
     to_file.setFormatter(logging.Formatter(FORMAT))
     errors = logging.StreamHandler(sys.stderr)
     errors.setLevel(logging.ERROR)
