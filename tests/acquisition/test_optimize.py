@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from wdrbo_dist.acquisition.optimize import (
     CHEAP,
     STANDARD,
+    AdamUpdate,
+    MovingAverageStop,
     OptimizerSettings,
     adam_ascent,
     boltzmann_starts,
@@ -78,8 +81,8 @@ def test_unprojected_ascent_is_botorchs_gen_candidates_torch() -> None:
         lower_bounds=BOX[0],
         upper_bounds=BOX[1],
     )
-    assert torch.allclose(ours, theirs.squeeze(1).detach(), rtol=0, atol=1e-12)
-    assert torch.allclose(values, their_values.detach(), rtol=0, atol=1e-12)
+    assert torch.equal(ours, theirs.squeeze(1).detach())
+    assert torch.equal(values, their_values.detach())
 
 
 def test_a_free_parameter_that_overshoots_the_bound_stops_there() -> None:
@@ -92,3 +95,39 @@ def test_a_free_parameter_that_overshoots_the_bound_stops_there() -> None:
     free, _, _ = adam_ascent(bowl_at, start, BOX, OptimizerSettings(1, 1, 1, project_parameter=False))
     assert abs(float(projected[0, 0]) - 0.97) < 0.02
     assert float(free[0, 0]) == 1.0
+
+
+def test_adam_update_is_torchs_adam_to_the_bit() -> None:
+    """The optimiser's own Adam is torch.optim.Adam's arithmetic, on gradients of any scale."""
+    generator = torch.Generator().manual_seed(0)
+    start = torch.rand(10, 3, dtype=torch.float64, generator=generator)
+    theirs, ours = start.clone().requires_grad_(True), start.clone().requires_grad_(True)
+    adam, update = torch.optim.Adam([theirs], lr=0.025), AdamUpdate(ours, lr=0.025)
+    for _ in range(500):
+        scale = 10.0 ** float(torch.randint(-9, 4, (1,), generator=generator))
+        grad = scale * torch.randn(10, 3, dtype=torch.float64, generator=generator)
+        theirs.grad = grad.clone()
+        adam.step()
+        update.step(grad)
+        assert torch.equal(ours, theirs)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0, 0.0])
+def test_moving_average_stop_is_botorchs_stopping_rule(sign: float) -> None:
+    """Same decision at every step as BoTorch's ExpMAStoppingCriterion, for losses that fall,
+    rise, stay at zero (its division by zero) or turn non-finite."""
+    from botorch.optim.stopping import ExpMAStoppingCriterion
+
+    generator = torch.Generator().manual_seed(1)
+    for trial in range(20):
+        theirs = ExpMAStoppingCriterion(maxiter=400, minimize=True, n_window=10, rel_tol=1e-5)
+        ours = MovingAverageStop(maxiter=400, n_window=10, rel_tol=1e-5)
+        for step in range(400):
+            noise = float(torch.randn(1, generator=generator, dtype=torch.float64)) * 10.0 ** -(trial % 8)
+            loss = sign * (1.0 / (step + 1) + noise)
+            if trial == 19 and step == 30:
+                loss = float("nan")
+            decision = theirs(torch.tensor(loss, dtype=torch.float64))
+            assert ours(loss) == decision, (trial, step)
+            if decision:
+                break
