@@ -185,7 +185,8 @@ class GaussianProcess:
         quads, means = [], []
         for chunk in x.split(PAIR_CHUNK):
             k_x = rbf(chunk, train_x, ls_x)  # [c, n]
-            pair = k_x[:, rows] * k_x[:, cols] * k_inv_weighted
+            # index_select, not k_x[:, rows]: the same values, and a backward (index_add) ~2x cheaper
+            pair = k_x.index_select(1, rows) * k_x.index_select(1, cols) * k_inv_weighted
             weighted = k_x * self._alpha
             if split:
                 quad_value, mean_value = pair @ features.quad[:, :n_ctx], weighted @ features.mean[:, :n_ctx]
