@@ -143,6 +143,49 @@ def test_detached_context_gradients_keep_values_and_the_value_gradient() -> None
         assert torch.allclose(kept, detached, rtol=1e-9, atol=1e-9)  # the same sums, split
 
 
+def _on_basis(model: GaussianProcess) -> GaussianProcess:
+    return GaussianProcess(model.train_x, model.train_y, model.lengthscale, model.noise, model.mean_constant,
+                           context_basis=True)
+
+
+@pytest.mark.parametrize("dim_c", [1, 2])
+@pytest.mark.parametrize("detach", [False, True])
+def test_the_basis_route_gives_the_direct_values_and_gradients(dim_c: int, detach: bool) -> None:
+    """The context-basis route of `ucb_from_features`: the UCB, its context gradients and its
+    gradient in x are the direct computation's (a Cholesky solve per pair), and no further
+    from it than the pairs route."""
+    x, y = _data(60, 2 + dim_c, seed=13)
+    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    basis_model = _on_basis(pairs_model)
+    g = torch.Generator().manual_seed(14)
+    contexts = torch.rand(200, dim_c, generator=g, dtype=torch.float64)
+    points = torch.rand(30, dim_c, generator=g, dtype=torch.float64)
+    cand = torch.rand(150, 2, generator=g, dtype=torch.float64)  # more than one chunk
+    pairs = torch.cat([cand.unsqueeze(1).expand(-1, 200, -1), contexts.expand(150, -1, -1)], -1)
+    z = pairs.clone().requires_grad_(True)
+    direct = pairs_model.ucb(z, 1.5)
+    (direct_dx,) = torch.autograd.grad(direct.sum(), z)
+    grad_pairs = torch.cat([cand.unsqueeze(1).expand(-1, 30, -1), points.expand(150, -1, -1)], -1)
+    _, direct_grad = pairs_model.ucb_and_gradient(grad_pairs, 1.5, slice(2, None))
+    errors = {}
+    for model in (pairs_model, basis_model):
+        features = model.context_features(contexts, points)
+        assert (features.basis is not None) == model.context_basis
+        c = cand.clone().requires_grad_(True)
+        ucb, grad = model.ucb_from_features(c, features, 1.5, detach_gradient=detach)
+        (dx,) = torch.autograd.grad(ucb.sum(), c)
+        assert grad is not None
+        errors[model.context_basis] = (
+            float((ucb - direct).abs().max()), float((grad - direct_grad).abs().max()),
+            float((dx - direct_dx[..., :2].sum(1)).abs().max()),
+        )
+    basis_errors, pairs_errors = errors[True], errors[False]
+    assert max(basis_errors) < 1e-8, basis_errors
+    assert basis_errors[0] <= max(pairs_errors[0], 1e-12), (basis_errors, pairs_errors)
+    if dim_c == 1:  # a smooth kernel on one context dimension: a small basis
+        assert basis_model.context_features(contexts).basis.shape[1] < 40
+
+
 def test_an_attempt_stopped_by_the_iteration_limit_is_not_retried_as_botorch_does(monkeypatch) -> None:
     """BoTorch's fit counts L-BFGS-B's iteration / evaluation limit (status 1) as a success and
     retries only other failures (e.g. an abnormal line search, status 2)."""

@@ -1,0 +1,35 @@
+"""The GP's two routes for a fixed context set (option `context_basis`, models/gp.py): the
+n(n+1)/2 pair products (the default) or a numerical basis of the context vectors. Same method?
+At what speed?
+
+The two routes agree to ~1e-11 (tests/models/test_gp.py: the basis route is nearer a direct
+Cholesky solve than the pairs are), but that is enough for one seed's trajectories to part
+after a few BO steps, so the routes are compared over seeds, paired (`paired_variants.py`).
+
+    .venv/bin/python benchmarks/context_basis.py                       # ERBO, WDRBO, SBO-KDE on Ackley, 6 seeds
+    .venv/bin/python benchmarks/context_basis.py --algorithms sbo-kde stableopt --problems ackley newsvendor --seeds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from paired_variants import compare
+
+ROUTES: dict[str, dict[str, object]] = {"pairs": {"context_basis": False}, "basis": {"context_basis": True}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithms", nargs="+", default=["erbo", "wdrbo", "sbo-kde"])
+    parser.add_argument("--problems", nargs="+", default=["ackley"])
+    parser.add_argument("--seeds", type=int, default=6, help="seeds 100, 101, ...")
+    parser.add_argument("--evaluations", type=int, default=100)
+    parser.add_argument("--fidelity", default="paper", choices=["paper", "reference"])
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+    compare(args.algorithms, args.problems, ROUTES, args.seeds, args.evaluations, args.fidelity, args.workers)
+
+
+if __name__ == "__main__":
+    main()
