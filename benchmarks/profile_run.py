@@ -8,6 +8,7 @@ num_cpus=1 runs.
 
     .venv/bin/python benchmarks/profile_run.py                      # every algorithm, Ackley, 100 evaluations
     .venv/bin/python benchmarks/profile_run.py --algorithms wdrbo erbo --evaluations 60
+    .venv/bin/python benchmarks/profile_run.py --algorithms sbo-kde --option context_basis=true
 
 Columns (ms per BO step): fit = `fit_gp`; build = the algorithm's `acquisition(...)` (features,
 Cholesky products, Lipschitz points); screen = the raw-sample pass of `maximize_acquisition`;
@@ -33,6 +34,7 @@ import torch  # noqa: E402
 
 from wdrbo_dist.acquisition import optimize  # noqa: E402
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.models import gp  # noqa: E402
 from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
 
@@ -114,18 +116,23 @@ def main() -> None:
     parser.add_argument("--evaluations", type=int, default=100)
     parser.add_argument("--seed", type=int, default=100)
     parser.add_argument("--fidelity", default="paper", choices=["paper", "reference"])
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="for every algorithm that declares KEY")
     args = parser.parse_args()
+    options = dict(parse_option(o) for o in args.option)
 
     print(f"ms per BO step, {args.problem}, seed {args.seed}, {args.evaluations} evaluations, {args.fidelity}, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} thread")
+          f"torch {torch.__version__}, {torch.get_num_threads()} thread" + "".join(f", {o}" for o in args.option))
     print(f"{'algorithm':<18}" + "".join(f"{p:>10}" for p in PHASES) + f"{'adam/step':>11}{'acq share':>11}")
     for name in args.algorithms:
+        declared = ALGORITHMS[name].declared_options()
+        given = {key: value for key, value in options.items() if key in declared}
         # A short run first: the first BO step of a process imports and compiles (seconds), which
         # a study's workers pay once per process, not per run.
         run_one(RunSpec.make(algorithm=name, problem=args.problem, seed=args.seed, evaluations=4, init_size=2,
-                             fidelity=args.fidelity), capture_errors=False)
+                             fidelity=args.fidelity, options=given), capture_errors=False)
         spec = RunSpec.make(algorithm=name, problem=args.problem, seed=args.seed, evaluations=args.evaluations,
-                            fidelity=args.fidelity)
+                            fidelity=args.fidelity, options=given)
         per_step, adam_steps, share = profile(spec)
         print(f"{name:<18}" + "".join(f"{per_step[p]:>10.1f}" for p in PHASES) + f"{adam_steps:>11.1f}{share:>10.0%}",
               flush=True)

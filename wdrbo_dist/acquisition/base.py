@@ -71,9 +71,10 @@ COMMON_OPTIONS: dict[str, Option] = {
     # published code (BoTorch's gen_candidates_torch) evaluates a clamped copy and lets the
     # parameter itself leave the box.
     "adam_projected": Option(True, False),
-    # The GP's route for a fixed context set (models/gp.py, `ucb_pairs`): the n(n+1)/2 pair
-    # products (the records so far) or a numerical basis of the context vectors, as accurate
-    # and several times faster where the contexts are many (benchmarks/context_basis.py).
+    # The GP's route for a fixed context set (models/gp.py, `ucb_pairs`): always the n(n+1)/2
+    # pair products (the records so far), or a numerical basis of the context vectors wherever
+    # it needs fewer multiply-adds: as accurate, faster where the contexts are many
+    # (benchmarks/context_basis.py).
     "context_basis": Option.same(False),
 }
 

@@ -154,7 +154,8 @@ class GaussianProcess:
         their numerical span (SVD, numpy's rank tolerance) and coefficients a_N = V^T kc_N,
         k^T K^{-1} k = a_N^T B_b a_N with B_b = (kx_b * V)^T K^{-1} (kx_b * V) [r, r]. It is no
         less accurate than the pairs (nearer a Cholesky solve, whose sums do not cancel) and
-        several times cheaper where N is large; it changes the last digits, so it is an option.
+        several times cheaper where N is large; `context_features` takes it where it needs fewer
+        multiply-adds per candidate. It changes the last digits, so it is an option.
         """
         return self.ucb_from_features(x, self.context_features(contexts, gradient_contexts), beta)
 
@@ -177,8 +178,11 @@ class GaussianProcess:
         mean = torch.cat(mean_blocks, 0)  # [N + M + M d_c, n]: every context-side vector
         if self.context_basis:
             basis, coefficients = numerical_basis(mean)
-            return ContextFeatures(quad=None, mean=mean.T, n_contexts=contexts.shape[0], n_gradient=m,
-                                   dim_c=dim_c, basis=basis, coefficients=coefficients)
+            rank, n = basis.shape[1], self.n
+            # multiply-adds per candidate: B_b and the forms a^T B a, against one row of pairs
+            if n * n * rank + n * rank * rank + mean.shape[0] * rank * rank < n * (n + 1) // 2 * mean.shape[0]:
+                return ContextFeatures(quad=None, mean=mean.T, n_contexts=contexts.shape[0], n_gradient=m,
+                                       dim_c=dim_c, basis=basis, coefficients=coefficients)
         q_blocks.append(k_c[:, rows] * k_c[:, cols])
         if m:
             q_blocks.append(k_g[:, rows] * k_g[:, cols])
@@ -249,25 +253,34 @@ class GaussianProcess:
         first N (the contexts') are differentiable."""
         assert features.basis is not None and features.coefficients is not None
         n_ctx, m, d_c = features.n_contexts, features.n_gradient, features.dim_c
+        c, (n, r) = k_x.shape[0], features.basis.shape
         weighted = k_x.unsqueeze(-1) * features.basis  # [c, n, r]
-        form = weighted.transpose(1, 2) @ (self._k_inv @ weighted)  # B_b [c, r, r]
+        # K^{-1} (kx_b * V) for every b in one product, then B_b [c, r, r]
+        solved = (self._k_inv @ weighted.transpose(0, 1).reshape(n, c * r)).reshape(n, c, r).transpose(0, 1)
+        form = weighted.transpose(1, 2) @ solved
+
+        def times_form(a: Tensor, form: Tensor) -> Tensor:
+            """a [V, r] times every B_b, in one product: [V, c, r]."""
+            return (a @ form.transpose(0, 1).reshape(r, c * r)).reshape(a.shape[0], c, r)
+
+        def quadratic(a: Tensor, form: Tensor) -> Tensor:
+            return (times_form(a, form) * a.unsqueeze(1)).sum(-1).T  # [c, V]
+
         values, gradient = features.coefficients[: n_ctx + m], features.coefficients[n_ctx + m :]
         if not split:
-            quad_values = ((values @ form) * values).sum(-1)  # [c, N + M]
+            quad_values = quadratic(values, form)  # [c, N + M]
         else:
-            contexts = values[:n_ctx]
-            quad_values = ((contexts @ form) * contexts).sum(-1)
+            quad_values = quadratic(values[:n_ctx], form)
             form = form.detach()
             with torch.no_grad():
-                rest = values[n_ctx:]
-                quad_rest = ((rest @ form) * rest).sum(-1)
+                quad_rest = quadratic(values[n_ctx:], form)
             quad_values = torch.cat([quad_values, quad_rest], 1)
         if m == 0:
             return quad_values
         with torch.no_grad() if split else contextlib.nullcontext():
-            at_points = values[n_ctx:] @ form  # [c, M, r]
+            at_points = times_form(values[n_ctx:], form)  # [M, c, r]
             quad_gradient = [
-                2.0 * (at_points * gradient[d * m : (d + 1) * m]).sum(-1) for d in range(d_c)
+                2.0 * (at_points * gradient[d * m : (d + 1) * m].unsqueeze(1)).sum(-1).T for d in range(d_c)
             ]
         return torch.cat([quad_values, *quad_gradient], 1)
 
