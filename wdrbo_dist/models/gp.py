@@ -16,7 +16,6 @@ standardised-y units (spec 1.4); every acquisition works in those units.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import warnings
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ NOISE_PRIOR = (-4.0, 1.0)
 MAX_FIT_ATTEMPTS = 5
 VARIANCE_FLOOR = 1e-12
 PAIR_CHUNK = 128  # candidates per block in `ucb_pairs` (keeps the [c, n(n+1)/2] block in cache)
-BASIS_CHUNK = 64  # candidates per block on the basis route (keeps the [c, N, r] block in cache)
+BASIS_CHUNK = 64  # candidates per block on the basis route (keeps the [c, n, r] block in cache)
 
 
 def lengthscale_prior(dim: int) -> tuple[float, float]:
@@ -60,16 +59,15 @@ def rbf(a: Tensor, b: Tensor, lengthscale: Tensor) -> Tensor:
 
 @dataclass(frozen=True)
 class ContextFeatures:
-    """The context-side factors of `GaussianProcess.ucb_pairs` (see there), on one of two routes:
-    the pairs (`quad`) or a numerical basis of the context vectors (`basis`, `coefficients`)."""
+    """The context-side factors of `GaussianProcess.ucb_pairs` (see there): the pair products of
+    the context vectors, in the training points' coordinates or (`basis` given) in a basis."""
 
-    quad: Tensor | None  # pairs route: [n(n+1)/2, columns]
+    quad: Tensor  # [p(p+1)/2, columns]: p = n, or r on the basis route
     mean: Tensor  # [n, columns]
     n_contexts: int
     n_gradient: int
     dim_c: int
     basis: Tensor | None = None  # basis route: [n, r] orthonormal, spanning every context vector
-    coefficients: Tensor | None = None  # basis route: [N + M + M d_c, r], each vector in that basis
 
 
 @dataclass(frozen=True)
@@ -148,14 +146,15 @@ class GaussianProcess:
         cross-covariance (several times faster at n = 100). Where the contexts stay fixed
         across calls, build `context_features` once and call `ucb_from_features`.
 
-        With `context_basis` the model takes the other route: the context vectors kc_N (and
+        With `context_basis` the model may take a shorter route: the context vectors kc_N (and
         the gradient ones) span few dimensions (a smooth kernel in a low-dimensional context:
         rank 12-60 of 100 for one context dimension), so with an orthonormal basis V [n, r] of
         their numerical span (SVD, numpy's rank tolerance) and coefficients a_N = V^T kc_N,
-        k^T K^{-1} k = a_N^T B_b a_N with B_b = (kx_b * V)^T K^{-1} (kx_b * V) [r, r]. It is no
-        less accurate than the pairs (nearer a Cholesky solve, whose sums do not cancel) and
-        several times cheaper where N is large; `context_features` takes it where it needs fewer
-        multiply-adds per candidate. It changes the last digits, so it is an option.
+        k^T K^{-1} k = a_N^T B_b a_N with B_b = (kx_b * V)^T K^{-1} (kx_b * V) [r, r]: the same
+        pair products, over r(r+1)/2 pairs instead of n(n+1)/2. It is no less accurate (nearer
+        a Cholesky solve: fewer terms cancel) and several times cheaper where the columns are
+        many; `context_features` takes it where it needs fewer multiply-adds per candidate. It
+        changes the last digits, so it is an option.
         """
         return self.ucb_from_features(x, self.context_features(contexts, gradient_contexts), beta)
 
@@ -164,33 +163,36 @@ class GaussianProcess:
         dim_c = contexts.shape[-1]
         ls_c = self.lengthscale[-dim_c:]
         train_c = self.train_x[:, -dim_c:]
-        rows, cols, _ = self._upper_triangle()
         k_c = rbf(contexts, train_c, ls_c)  # [N, n]
-        q_blocks, mean_blocks = [], [k_c]
+        vectors = [k_c]
         m = 0
         if gradient_contexts is not None:
             m = gradient_contexts.shape[0]
             k_g = rbf(gradient_contexts, train_c, ls_c)  # [M, n]
-            mean_blocks.append(k_g)
+            vectors.append(k_g)
             # d kc_Mi / d c_Md = -kc_Mi (c_Md - z_id) / l_d^2
             diff = (gradient_contexts[:, None, :] - train_c[None, :, :]) / ls_c**2  # [M, n, d_c]
-            mean_blocks.extend(-k_g * diff[..., d] for d in range(dim_c))
-        mean = torch.cat(mean_blocks, 0)  # [N + M + M d_c, n]: every context-side vector
+            vectors.extend(-k_g * diff[..., d] for d in range(dim_c))
+        mean = torch.cat(vectors, 0).T  # [n, N + M + M d_c]: every context-side vector
+        basis = None
         if self.context_basis:
-            basis, coefficients = numerical_basis(mean)
-            rank, n = basis.shape[1], self.n
-            # multiply-adds per candidate: B_b and the forms a^T B a, against one row of pairs
-            if n * n * rank + n * rank * rank + mean.shape[0] * rank * rank < n * (n + 1) // 2 * mean.shape[0]:
-                return ContextFeatures(quad=None, mean=mean.T, n_contexts=contexts.shape[0], n_gradient=m,
-                                       dim_c=dim_c, basis=basis, coefficients=coefficients)
-        q_blocks.append(k_c[:, rows] * k_c[:, cols])
+            candidate_basis, coefficients = numerical_basis(mean.T)
+            n, r, columns = self.n, candidate_basis.shape[1], mean.shape[1]
+            # multiply-adds per candidate: B_b and its pairs with the columns, against n's pairs
+            if n * n * r + n * r * r + r * (r + 1) // 2 * columns < n * (n + 1) // 2 * columns:
+                basis = candidate_basis
+                vectors = list(coefficients.split([v.shape[0] for v in vectors]))
+        rows, cols = self._upper_triangle()[:2] if basis is None else _triangle(basis.shape[1], mean.device)
+        k_c = vectors[0]
+        q_blocks = [k_c[:, rows] * k_c[:, cols]]
         if m:
+            k_g = vectors[1]
             q_blocks.append(k_g[:, rows] * k_g[:, cols])
-            for dk in mean_blocks[2:]:
+            for dk in vectors[2:]:
                 q_blocks.append(dk[:, rows] * k_g[:, cols] + k_g[:, rows] * dk[:, cols])
         return ContextFeatures(
-            quad=torch.cat(q_blocks, 0).T, mean=mean.T, n_contexts=contexts.shape[0],
-            n_gradient=m, dim_c=dim_c,
+            quad=torch.cat(q_blocks, 0).T, mean=mean, n_contexts=contexts.shape[0],
+            n_gradient=m, dim_c=dim_c, basis=basis,
         )
 
     def ucb_from_features(
@@ -206,25 +208,16 @@ class GaussianProcess:
         train_x, ls_x = self.train_x[:, :dim_x], self.lengthscale[:dim_x]
         n_ctx = features.n_contexts
         split = detach_gradient and features.n_gradient > 0 and torch.is_grad_enabled()
-        on_basis = features.basis is not None
         quads, means = [], []
-        for chunk in x.split(BASIS_CHUNK if on_basis else PAIR_CHUNK):
+        for chunk in x.split(PAIR_CHUNK if features.basis is None else BASIS_CHUNK):
             k_x = rbf(chunk, train_x, ls_x)  # [c, n]
-            if on_basis:
-                quads.append(self._basis_quadratic_forms(k_x, features, split))
-                weighted = k_x * self._alpha
-                if split:
-                    mean_value = weighted @ features.mean[:, :n_ctx]
-                    with torch.no_grad():
-                        mean_rest = weighted @ features.mean[:, n_ctx:]
-                    means.append(torch.cat([mean_value, mean_rest], 1))
-                else:
-                    means.append(weighted @ features.mean)
-                continue
             # (The order of these operations fixes autograd's summation order: records depend on it.)
-            rows, cols, k_inv_weighted = self._upper_triangle()
-            # index_select, not k_x[:, rows]: the same values, and a backward (index_add) ~2x cheaper
-            pair = k_x.index_select(1, rows) * k_x.index_select(1, cols) * k_inv_weighted
+            if features.basis is None:
+                rows, cols, k_inv_weighted = self._upper_triangle()
+                # index_select, not k_x[:, rows]: the same values, and a backward (index_add) ~2x cheaper
+                pair = k_x.index_select(1, rows) * k_x.index_select(1, cols) * k_inv_weighted
+            else:
+                pair = self._basis_pairs(k_x, features.basis)
             weighted = k_x * self._alpha
             if split:
                 quad_value, mean_value = pair @ features.quad[:, :n_ctx], weighted @ features.mean[:, :n_ctx]
@@ -247,42 +240,17 @@ class GaussianProcess:
         grad = d_mean + beta * d_var / (2.0 * sigma_g.unsqueeze(1))
         return ucb, grad.transpose(1, 2)
 
-    def _basis_quadratic_forms(self, k_x: Tensor, features: "ContextFeatures", split: bool) -> Tensor:
-        """The columns of `quad` on the basis route: a^T B a for the value vectors (contexts,
-        then gradient contexts) and 2 (da)^T B a for the gradient ones; with `split`, only the
-        first N (the contexts') are differentiable."""
-        assert features.basis is not None and features.coefficients is not None
-        n_ctx, m, d_c = features.n_contexts, features.n_gradient, features.dim_c
-        c, (n, r) = k_x.shape[0], features.basis.shape
-        weighted = k_x.unsqueeze(-1) * features.basis  # [c, n, r]
-        # K^{-1} (kx_b * V) for every b in one product, then B_b [c, r, r]
+    def _basis_pairs(self, k_x: Tensor, basis: Tensor) -> Tensor:
+        """The candidate side on the basis route: B_b = (kx_b * V)^T K^{-1} (kx_b * V) on the
+        pairs k <= l, weighted as `_upper_triangle` weights K^{-1} ([c, r(r+1)/2])."""
+        c, (n, r) = k_x.shape[0], basis.shape
+        weighted = k_x.unsqueeze(-1) * basis  # [c, n, r]
+        # K^{-1} (kx_b * V) for every b in one product
         solved = (self._k_inv @ weighted.transpose(0, 1).reshape(n, c * r)).reshape(n, c, r).transpose(0, 1)
-        form = weighted.transpose(1, 2) @ solved
-
-        def times_form(a: Tensor, form: Tensor) -> Tensor:
-            """a [V, r] times every B_b, in one product: [V, c, r]."""
-            return (a @ form.transpose(0, 1).reshape(r, c * r)).reshape(a.shape[0], c, r)
-
-        def quadratic(a: Tensor, form: Tensor) -> Tensor:
-            return (times_form(a, form) * a.unsqueeze(1)).sum(-1).T  # [c, V]
-
-        values, gradient = features.coefficients[: n_ctx + m], features.coefficients[n_ctx + m :]
-        if not split:
-            quad_values = quadratic(values, form)  # [c, N + M]
-        else:
-            quad_values = quadratic(values[:n_ctx], form)
-            form = form.detach()
-            with torch.no_grad():
-                quad_rest = quadratic(values[n_ctx:], form)
-            quad_values = torch.cat([quad_values, quad_rest], 1)
-        if m == 0:
-            return quad_values
-        with torch.no_grad() if split else contextlib.nullcontext():
-            at_points = times_form(values[n_ctx:], form)  # [M, c, r]
-            quad_gradient = [
-                2.0 * (at_points * gradient[d * m : (d + 1) * m].unsqueeze(1)).sum(-1).T for d in range(d_c)
-            ]
-        return torch.cat([quad_values, *quad_gradient], 1)
+        form = (weighted.transpose(1, 2) @ solved).reshape(c, r * r)  # [c, r * r]
+        rows, cols = _triangle(r, k_x.device)
+        weights = torch.where(rows == cols, 1.0, 2.0).to(form)
+        return form.index_select(1, rows * r + cols) * weights
 
     def _upper_triangle(self) -> tuple[Tensor, Tensor, Tensor]:
         """Indices of the pairs i <= j and the weighted K^{-1} entries on them (cached)."""
@@ -315,6 +283,12 @@ class GaussianProcess:
         d_ucb = d_mean + beta * d_var / (2.0 * sigma.unsqueeze(-1))
         ucb = mean + beta * sigma
         return ucb.reshape(shape), d_ucb.reshape(*shape, d_ucb.shape[-1])
+
+
+def _triangle(size: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Row and column indices of the pairs i <= j of a [size, size] matrix."""
+    rows, cols = torch.triu_indices(size, size, device=device)
+    return rows, cols
 
 
 def numerical_basis(vectors: Tensor) -> tuple[Tensor, Tensor]:
