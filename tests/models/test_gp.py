@@ -16,6 +16,7 @@ from wdrbo_dist.models.gp import (
     _MapObjective,
     fit_gp,
     lengthscale_prior,
+    numerical_basis,
     standardize,
 )
 
@@ -185,6 +186,17 @@ def test_the_basis_route_gives_the_direct_values_and_gradients(dim_c: int, detac
     assert basis_errors[0] <= max(pairs_errors[0], 1e-12), (basis_errors, pairs_errors)
     if dim_c == 1:  # a smooth kernel on one context dimension: a small basis
         assert basis_model.context_features(contexts).basis.shape[1] < 40
+
+
+def test_numerical_basis_spans_the_vectors_and_keeps_nothing_of_zero_vectors() -> None:
+    g = torch.Generator().manual_seed(15)
+    vectors = torch.rand(50, 4, generator=g, dtype=torch.float64) @ torch.rand(4, 30, generator=g, dtype=torch.float64)
+    basis, coefficients = numerical_basis(vectors)
+    assert basis.shape == (30, 4) and coefficients.shape == (50, 4)
+    assert torch.allclose(basis.T @ basis, torch.eye(4, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(coefficients @ basis.T, vectors, atol=1e-12)
+    basis, coefficients = numerical_basis(torch.zeros(5, 3, dtype=torch.float64))
+    assert basis.shape == (3, 0) and coefficients.shape == (5, 0)
 
 
 def test_an_attempt_stopped_by_the_iteration_limit_is_not_retried_as_botorch_does(monkeypatch) -> None:
