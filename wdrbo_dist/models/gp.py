@@ -182,7 +182,7 @@ class GaussianProcess:
             if n * n * r + n * r * r + r * (r + 1) // 2 * columns < n * (n + 1) // 2 * columns:
                 basis = candidate_basis
                 vectors = list(coefficients.split([v.shape[0] for v in vectors]))
-        rows, cols = self._upper_triangle()[:2] if basis is None else _triangle(basis.shape[1], mean.device)
+        rows, cols = self._upper_triangle()[:2] if basis is None else torch.triu_indices(basis.shape[1], basis.shape[1], device=mean.device)
         k_c = vectors[0]
         q_blocks = [k_c[:, rows] * k_c[:, cols]]
         if m:
@@ -248,7 +248,7 @@ class GaussianProcess:
         # K^{-1} (kx_b * V) for every b in one product
         solved = (self._k_inv @ weighted.transpose(0, 1).reshape(n, c * r)).reshape(n, c, r).transpose(0, 1)
         form = (weighted.transpose(1, 2) @ solved).reshape(c, r * r)  # [c, r * r]
-        rows, cols = _triangle(r, k_x.device)
+        rows, cols = torch.triu_indices(r, r, device=k_x.device)
         weights = torch.where(rows == cols, 1.0, 2.0).to(form)
         return form.index_select(1, rows * r + cols) * weights
 
@@ -283,12 +283,6 @@ class GaussianProcess:
         d_ucb = d_mean + beta * d_var / (2.0 * sigma.unsqueeze(-1))
         ucb = mean + beta * sigma
         return ucb.reshape(shape), d_ucb.reshape(*shape, d_ucb.shape[-1])
-
-
-def _triangle(size: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Row and column indices of the pairs i <= j of a [size, size] matrix."""
-    rows, cols = torch.triu_indices(size, size, device=device)
-    return rows, cols
 
 
 def numerical_basis(vectors: Tensor) -> tuple[Tensor, Tensor]:
