@@ -182,7 +182,10 @@ class GaussianProcess:
             if n * n * r + n * r * r + r * (r + 1) // 2 * columns < n * (n + 1) // 2 * columns:
                 basis = candidate_basis
                 vectors = list(coefficients.split([v.shape[0] for v in vectors]))
-        rows, cols = self._upper_triangle()[:2] if basis is None else torch.triu_indices(basis.shape[1], basis.shape[1], device=mean.device)
+        if basis is None:
+            rows, cols, _ = self._upper_triangle()
+        else:
+            rows, cols = torch.triu_indices(basis.shape[1], basis.shape[1], device=mean.device)
         k_c = vectors[0]
         q_blocks = [k_c[:, rows] * k_c[:, cols]]
         if m:
