@@ -93,6 +93,7 @@ class GaussianProcess:
     ) -> None:
         self.train_x = train_x
         self.context_basis = context_basis  # the route of `context_features` (see `ucb_pairs`)
+        self._basis_triangles: dict[int, tuple[Tensor, Tensor, Tensor, Tensor]] = {}
         self.train_y = train_y_std
         self.lengthscale = lengthscale.to(train_x)
         self.noise = float(noise)
@@ -185,7 +186,7 @@ class GaussianProcess:
         if basis is None:
             rows, cols, _ = self._upper_triangle()
         else:
-            rows, cols = torch.triu_indices(basis.shape[1], basis.shape[1], device=mean.device)
+            rows, cols, _, _ = self._basis_triangle(basis.shape[1])
         k_c = vectors[0]
         q_blocks = [k_c[:, rows] * k_c[:, cols]]
         if m:
@@ -251,9 +252,17 @@ class GaussianProcess:
         # K^{-1} (kx_b * V) for every b in one product
         solved = (self._k_inv @ weighted.transpose(0, 1).reshape(n, c * r)).reshape(n, c, r).transpose(0, 1)
         form = (weighted.transpose(1, 2) @ solved).reshape(c, r * r)  # [c, r * r]
-        rows, cols = torch.triu_indices(r, r, device=k_x.device)
-        weights = torch.where(rows == cols, 1.0, 2.0).to(form)
-        return form.index_select(1, rows * r + cols) * weights
+        _, _, flat, weights = self._basis_triangle(r)
+        return form.index_select(1, flat) * weights
+
+    def _basis_triangle(self, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Rows, columns, flat indices and weights (1 on the diagonal, 2 above) of the pairs
+        k <= l of a [size, size] form (cached: asked for at every Adam step)."""
+        if size not in self._basis_triangles:
+            rows, cols = torch.triu_indices(size, size, device=self.train_x.device)
+            weights = torch.where(rows == cols, 1.0, 2.0).to(self._k_inv)
+            self._basis_triangles[size] = (rows, cols, rows * size + cols, weights)
+        return self._basis_triangles[size]
 
     def _upper_triangle(self) -> tuple[Tensor, Tensor, Tensor]:
         """Indices of the pairs i <= j and the weighted K^{-1} entries on them (cached)."""
