@@ -17,6 +17,8 @@ from wdrbo_dist.models.gp import (
     fit_gp,
     lengthscale_prior,
     numerical_basis,
+    projected,
+    rbf,
     standardize,
 )
 
@@ -218,3 +220,64 @@ def test_an_attempt_stopped_by_the_iteration_limit_is_not_retried_as_botorch_doe
         _, report = gp.fit_gp(x, y, torch.Generator().manual_seed(1))
         assert report.attempts == attempts
         assert report.converged == (status == 1)
+
+
+def _cholesky_ucb(model: GaussianProcess, cand: torch.Tensor, contexts: torch.Tensor) -> torch.Tensor:
+    b, m = cand.shape[0], contexts.shape[0]
+    pairs = torch.cat([cand.unsqueeze(1).expand(b, m, -1), contexts.expand(b, m, -1)], -1)
+    return model.ucb(pairs, 1.5)
+
+
+def test_a_region_basis_spans_the_context_vectors_of_its_whole_box() -> None:
+    """Contexts drawn anywhere in the box project onto the grid's basis exactly (to rounding),
+    contexts outside it do not, and the route is off without `context_basis`."""
+    x, y = _data(60, 3, seed=16)
+    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    box = torch.tensor([[0.7], [0.2]], dtype=torch.float64)  # bounds in either order
+    assert pairs_model.region_basis(box) is None
+    model = _on_basis(pairs_model)
+    region = model.region_basis(box)
+    assert region is not None and region.shape[1] < 30
+    assert torch.allclose(region.T @ region, torch.eye(region.shape[1], dtype=torch.float64), atol=1e-12)
+    inside = 0.2 + 0.5 * torch.rand(500, 1, generator=torch.Generator().manual_seed(17), dtype=torch.float64)
+    vectors = rbf(inside, model.train_x[:, 2:], model.lengthscale[2:])
+    found = projected(vectors, region)
+    assert found is not None and float((vectors - found[1] @ region.T).abs().max()) < 1e-12
+    outside = torch.tensor([[0.95]], dtype=torch.float64)
+    assert projected(rbf(outside, model.train_x[:, 2:], model.lengthscale[2:]), region) is None
+    cand = torch.rand(4, 2, generator=torch.Generator().manual_seed(18), dtype=torch.float64)
+    assert model.ucb_in_region(cand, outside, region, 1.5) is None
+    # two context dimensions on a wide box: the grid would exceed REGION_GRID_MAX points
+    x2, y2 = _data(60, 4, seed=19)
+    wide = _on_basis(fit_gp(x2, y2, torch.Generator().manual_seed(0))[0])
+    small = wide.lengthscale[2:].min().item()
+    assert wide.region_basis(torch.tensor([[0.0, 0.0], [400 * small, 400 * small]], dtype=torch.float64)) is None
+
+
+@pytest.mark.parametrize("batch", [5, 200])
+def test_fresh_contexts_on_the_region_basis_give_the_direct_values_and_gradients(batch: int) -> None:
+    """FreshContextUCB with its box on the basis route (the small-batch forms and, above
+    DIRECT_MAX_BATCH, the projected features): the Cholesky solve's UCB and gradient in x,
+    no further from them than the route without a basis."""
+    from wdrbo_dist.acquisition.fresh_contexts import DIRECT_MAX_BATCH, FreshContextUCB
+
+    assert 5 < DIRECT_MAX_BATCH < 200  # both routes
+    x, y = _data(80, 3, seed=20)
+    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    box = torch.tensor([[0.1], [0.9]], dtype=torch.float64)
+    g = torch.Generator().manual_seed(21)
+    contexts = 0.1 + 0.8 * torch.rand(300, 1, generator=g, dtype=torch.float64)
+    cand = torch.rand(batch, 2, generator=g, dtype=torch.float64)
+    z = cand.clone().requires_grad_(True)
+    exact = _cholesky_ucb(pairs_model, z, contexts)
+    (exact_dx,) = torch.autograd.grad(exact.sum(), z)
+    errors = {}
+    for model in (pairs_model, _on_basis(pairs_model)):
+        fresh = FreshContextUCB(model, 1.5, box)
+        assert (fresh.region is not None) == model.context_basis
+        c = cand.clone().requires_grad_(True)
+        ucb = fresh(c, contexts)
+        (dx,) = torch.autograd.grad(ucb.sum(), c)
+        errors[model.context_basis] = (float((ucb - exact).abs().max()), float((dx - exact_dx).abs().max()))
+    assert max(errors[True]) < 1e-8, errors
+    assert errors[True][0] <= max(2 * errors[False][0], 1e-12), errors

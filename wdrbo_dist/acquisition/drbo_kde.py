@@ -121,7 +121,7 @@ class DRBOKDEAcquisition(Acquisition):
         self.model = model
         self.beta = beta
         self.features = model.context_features(kde)  # the KDE samples are fixed for the whole step
-        self.fresh = FreshContextUCB(model, beta)  # m(x)'s Sobol points change at every call
+        self.fresh = FreshContextUCB(model, beta, min_box)  # m(x)'s Sobol points change at every call
         self.min_points = min_points
         self.min_box = min_box  # [2, d_c]: c = min_box[0] + (min_box[1] - min_box[0]) * v
         self.generator = generator

@@ -1,7 +1,9 @@
 """The UCB at every (candidate, context) pair for a context set drawn for one call only.
 
 StableOpt's Sobol box and DRBO-KDE's m(x) samples change at every acquisition call, so the
-GP's reusable context features do not pay for themselves there (see `FreshContextUCB`).
+GP's reusable context features do not pay for themselves there (see `FreshContextUCB`), unless
+the box is known when the acquisition is built: on the GP's basis route (option
+`context_basis`) the contexts are then projected onto one basis of the box's context vectors.
 """
 
 from __future__ import annotations
@@ -26,11 +28,18 @@ class FreshContextUCB:
     For small batches the variance k^T K^{-1} k with k = kx_b * kc_j is computed as
     kc_j^T A_b kc_j, A_b = diag(kx_b) K^{-1} diag(kx_b): one batched product, no gathers.
     K^{-1} and alpha are rebuilt from the model's hyperparameters (n <= a few hundred).
+
+    With `box` [2, d_c], the region every call's contexts come from, and the GP on its basis
+    route, each call projects its contexts onto `GaussianProcess.region_basis(box)` (built
+    once): an [r, r] form per candidate (r ~ 15-35 for one context dimension) instead of an
+    [n, n] one (`GaussianProcess.ucb_in_region`); batches above DIRECT_MAX_BATCH take the
+    GP's features with the same basis (`ucb_pairs(..., region=)`).
     """
 
-    def __init__(self, model: GaussianProcess, beta: float) -> None:
+    def __init__(self, model: GaussianProcess, beta: float, box: Tensor | None = None) -> None:
         self.model = model
         self.beta = beta
+        self.region = model.region_basis(box) if box is not None else None
         x = model.train_x
         k = rbf(x, x, model.lengthscale)
         k.diagonal().add_(model.noise)
@@ -42,7 +51,11 @@ class FreshContextUCB:
     def __call__(self, x: Tensor, contexts: Tensor) -> Tensor:
         """UCB [b, N] at all pairs (x_i, c_j)."""
         if x.shape[0] > DIRECT_MAX_BATCH:
-            return self.model.ucb_pairs(x, contexts, self.beta)[0]
+            return self.model.ucb_pairs(x, contexts, self.beta, region=self.region)[0]
+        if self.region is not None:
+            ucb = self.model.ucb_in_region(x, contexts, self.region, self.beta)
+            if ucb is not None:
+                return ucb
         model, dim_x = self.model, x.shape[-1]
         kx = rbf(x, model.train_x[:, :dim_x], model.lengthscale[:dim_x])  # [b, n]
         kc = rbf(contexts, model.train_x[:, dim_x:], model.lengthscale[dim_x:])  # [N, n]

@@ -42,8 +42,8 @@ class MinimumUCB(Acquisition):
         super().__init__()
         self.model = model
         self.beta = beta
-        self.ucb = FreshContextUCB(model, beta)
         self.box = box.to(model.train_x)
+        self.ucb = FreshContextUCB(model, beta, self.box)
         self.points = points
         self.generator = generator
 

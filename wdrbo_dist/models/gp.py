@@ -33,6 +33,13 @@ MAX_FIT_ATTEMPTS = 5
 VARIANCE_FLOOR = 1e-12
 PAIR_CHUNK = 128  # candidates per block in `ucb_pairs` (keeps the [c, n(n+1)/2] block in cache)
 BASIS_CHUNK = 64  # candidates per block on the basis route (keeps the [c, n, r] block in cache)
+# `region_basis`: grid spacing in context lengthscales (at 1/8 the projections of fresh contexts
+# are exact to ~1e-13: the rank saturates), the largest grid, and the projection residual above
+# which a context set is not in the basis's span (`ucb_in_region` then declines).
+REGION_SPACING = 0.125
+REGION_GRID_MAX = 4096
+REGION_RESIDUAL_MAX = 1e-11
+REGION_CHUNK = 16  # candidates per block in `ucb_in_region` (a [c, N, r] block)
 
 
 def lengthscale_prior(dim: int) -> tuple[float, float]:
@@ -132,7 +139,8 @@ class GaussianProcess:
         return mean + beta * var.sqrt()
 
     def ucb_pairs(
-        self, x: Tensor, contexts: Tensor, beta: float, gradient_contexts: Tensor | None = None
+        self, x: Tensor, contexts: Tensor, beta: float, gradient_contexts: Tensor | None = None,
+        region: Tensor | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """UCB at every pair [x_b, c_j] ([b, N]); with `gradient_contexts` [M, d_c], also the
         exact gradient in c of the UCB at every pair [x_b, g_m] ([b, M, d_c]).
@@ -155,12 +163,18 @@ class GaussianProcess:
         pair products, over r(r+1)/2 pairs instead of n(n+1)/2. It is no less accurate (nearer
         a Cholesky solve: fewer terms cancel) and several times cheaper where the columns are
         many; `context_features` takes it where it needs fewer multiply-adds per candidate. It
-        changes the last digits, so it is an option.
+        changes the last digits, so it is an option. Contexts drawn afresh at every call in a
+        known box take it through `region_basis` and `ucb_in_region`.
         """
-        return self.ucb_from_features(x, self.context_features(contexts, gradient_contexts), beta)
+        return self.ucb_from_features(x, self.context_features(contexts, gradient_contexts, region), beta)
 
-    def context_features(self, contexts: Tensor, gradient_contexts: Tensor | None = None) -> "ContextFeatures":
-        """The context side (Q and the mean weights) of `ucb_pairs`, reusable across candidates."""
+    def context_features(
+        self, contexts: Tensor, gradient_contexts: Tensor | None = None, region: Tensor | None = None
+    ) -> "ContextFeatures":
+        """The context side (Q and the mean weights) of `ucb_pairs`, reusable across candidates.
+
+        `region` (a `region_basis` spanning every context vector, as for contexts drawn in a
+        known box): the basis route projects onto it rather than taking the vectors' own SVD."""
         dim_c = contexts.shape[-1]
         ls_c = self.lengthscale[-dim_c:]
         train_c = self.train_x[:, -dim_c:]
@@ -177,12 +191,14 @@ class GaussianProcess:
         mean = torch.cat(vectors, 0).T  # [n, N + M + M d_c]: every context-side vector
         basis = None
         if self.context_basis:
-            candidate_basis, coefficients = numerical_basis(mean.T)
-            n, r, columns = self.n, candidate_basis.shape[1], mean.shape[1]
-            # multiply-adds per candidate: B_b and its pairs with the columns, against n's pairs
-            if n * n * r + n * r * r + r * (r + 1) // 2 * columns < n * (n + 1) // 2 * columns:
-                basis = candidate_basis
-                vectors = list(coefficients.split([v.shape[0] for v in vectors]))
+            found = numerical_basis(mean.T) if region is None else projected(mean.T, region)
+            if found is not None:
+                candidate_basis, coefficients = found
+                n, r, columns = self.n, candidate_basis.shape[1], mean.shape[1]
+                # multiply-adds per candidate: B_b and its pairs with the columns, against n's pairs
+                if n * n * r + n * r * r + r * (r + 1) // 2 * columns < n * (n + 1) // 2 * columns:
+                    basis = candidate_basis
+                    vectors = list(coefficients.split([v.shape[0] for v in vectors]))
         if basis is None:
             rows, cols, _ = self._upper_triangle()
         else:
@@ -198,6 +214,55 @@ class GaussianProcess:
             quad=torch.cat(q_blocks, 0).T, mean=mean, n_contexts=contexts.shape[0],
             n_gradient=m, dim_c=dim_c, basis=basis,
         )
+
+    def region_basis(self, box: Tensor) -> Tensor | None:
+        """An orthonormal basis [n, r] of the context vectors kc(c) of every c in `box` [2, d_c]
+        (either bound may be the larger), for contexts drawn afresh at every call; None where
+        the basis route is off or the box needs a grid above REGION_GRID_MAX points.
+
+        It is the numerical basis of kc on a grid of spacing REGION_SPACING lengthscales: a
+        smooth kernel's vectors between grid points lie in the grid's span (to ~1e-13), and
+        `ucb_in_region` checks that every context set it is given does."""
+        if not self.context_basis:
+            return None
+        dim_c = box.shape[-1]
+        ls_c = self.lengthscale[-dim_c:]
+        low, high = box.to(self.train_x).amin(0), box.to(self.train_x).amax(0)
+        counts = [max(2, math.ceil(float(w) / (REGION_SPACING * float(l))) + 1) for w, l in zip(high - low, ls_c)]
+        if math.prod(counts) > REGION_GRID_MAX:
+            return None
+        axes = [torch.linspace(float(lo), float(hi), count, dtype=self.train_x.dtype, device=self.train_x.device)
+                for lo, hi, count in zip(low, high, counts)]
+        grid = torch.cartesian_prod(*axes).reshape(-1, dim_c)
+        basis, _ = numerical_basis(rbf(grid, self.train_x[:, -dim_c:], ls_c))
+        return basis
+
+    def ucb_in_region(self, x: Tensor, contexts: Tensor, region: Tensor, beta: float) -> Tensor | None:
+        """UCB [b, N] at every pair (x_b, c_j) on the basis route, with the contexts' vectors
+        projected onto `region` (a `region_basis`): a_j = V^T kc_j and k^T K^{-1} k =
+        a_j^T B_b a_j, B_b as in `_basis_pairs` but square. None where some context's vector is
+        further than REGION_RESIDUAL_MAX from the basis's span. Differentiable in x."""
+        dim_x, dim_c = x.shape[-1], contexts.shape[-1]
+        k_c = rbf(contexts, self.train_x[:, dim_x:], self.lengthscale[dim_x:])  # [N, n]
+        found = projected(k_c, region)
+        if found is None:
+            return None
+        coefficients = found[1]  # [N, r]
+        train_x, ls_x = self.train_x[:, :dim_x], self.lengthscale[:dim_x]
+        n, r = region.shape
+        rows = []
+        for chunk in x.split(REGION_CHUNK):
+            k_x = rbf(chunk, train_x, ls_x)  # [c, n]
+            c = k_x.shape[0]
+            weighted = k_x.unsqueeze(-1) * region  # [c, n, r]
+            solved = (self._k_inv @ weighted.transpose(0, 1).reshape(n, c * r)).reshape(n, c, r).transpose(0, 1)
+            forms = weighted.transpose(1, 2) @ solved  # [c, r, r]
+            # a_j^T B_b a_j: one product with the forms side by side (twice a batched product's speed)
+            products = coefficients @ forms.transpose(0, 1).reshape(r, c * r)  # [N, c * r]
+            quad = (products.view(-1, c, r) * coefficients.unsqueeze(1)).sum(-1).T  # [c, N]
+            mean = (k_x * self._alpha) @ k_c.T
+            rows.append(self.mean_constant + mean + beta * (1.0 - quad).clamp_min(VARIANCE_FLOOR).sqrt())
+        return torch.cat(rows, 0)
 
     def ucb_from_features(
         self, x: Tensor, features: "ContextFeatures", beta: float, detach_gradient: bool = False
@@ -306,6 +371,15 @@ def numerical_basis(vectors: Tensor) -> tuple[Tensor, Tensor]:
     tolerance = singular[0] * max(vectors.shape) * torch.finfo(vectors.dtype).eps
     rank = int((singular > tolerance).sum())
     return right_t[:rank].T, left[:, :rank] * singular[:rank]
+
+
+def projected(vectors: Tensor, basis: Tensor) -> tuple[Tensor, Tensor] | None:
+    """(basis, coefficients [rows, r]) of `vectors` [rows, n] in an orthonormal `basis` [n, r];
+    None where some vector is further than REGION_RESIDUAL_MAX from its span."""
+    coefficients = vectors @ basis
+    if float((vectors - coefficients @ basis.T).abs().max()) > REGION_RESIDUAL_MAX:
+        return None
+    return basis, coefficients
 
 
 class _MapObjective:
