@@ -242,7 +242,7 @@ class GaussianProcess:
         projected onto `region` (a `region_basis`): a_j = V^T kc_j and k^T K^{-1} k =
         a_j^T B_b a_j, B_b as in `_basis_pairs` but square. None where some context's vector is
         further than REGION_RESIDUAL_MAX from the basis's span. Differentiable in x."""
-        dim_x, dim_c = x.shape[-1], contexts.shape[-1]
+        dim_x = x.shape[-1]
         k_c = rbf(contexts, self.train_x[:, dim_x:], self.lengthscale[dim_x:])  # [N, n]
         found = projected(k_c, region)
         if found is None:
