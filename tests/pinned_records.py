@@ -18,10 +18,14 @@ PINNED = Path(__file__).parent / "data" / "pinned_records.parquet"
 PROBLEM = "three-hump-camel"  # 2-D decision, 1-D context: every algorithm's code paths, cheaply
 SEED, EVALUATIONS, INIT_SIZE = 7, 8, 5
 FAST = {"raw_samples": 64, "num_restarts": 2}
+# Longer runs where the GP's basis route (option context_basis) is taken: below ~15 points the
+# context vectors have full rank and every algorithm keeps the pairs.
+LONGER_EVALUATIONS = 25
+LONGER = ("wdrbo", "sbo-kde", "drbo-kde", "stableopt")
 
 
 def pinned_runs() -> pd.DataFrame:
-    """The records of every algorithm x profile, without the time columns, one thread."""
+    """The records of every algorithm x profile (and the longer runs), without the time columns, one thread."""
     import torch
 
     from wdrbo_dist.algorithms import ALGORITHMS
@@ -33,14 +37,15 @@ def pinned_runs() -> pd.DataFrame:
     torch.set_num_threads(1)
     frames = []
     try:
-        for fidelity in FIDELITIES:
-            for algorithm in ALGORITHMS:
-                spec = RunSpec(algorithm=algorithm, problem=PROBLEM, seed=SEED, evaluations=EVALUATIONS,
-                               init_size=INIT_SIZE, fidelity=fidelity, options=tuple(sorted(FAST.items())))
-                result = run_one(spec)
-                assert result.ok, result.error
-                records = deterministic_part(result.records)
-                frames.append(records.assign(algorithm=algorithm, fidelity=fidelity))
+        cases = [(fidelity, algorithm, EVALUATIONS) for fidelity in FIDELITIES for algorithm in ALGORITHMS]
+        cases += [("paper", algorithm, LONGER_EVALUATIONS) for algorithm in LONGER]
+        for fidelity, algorithm, evaluations in cases:
+            spec = RunSpec(algorithm=algorithm, problem=PROBLEM, seed=SEED, evaluations=evaluations,
+                           init_size=INIT_SIZE, fidelity=fidelity, options=tuple(sorted(FAST.items())))
+            result = run_one(spec)
+            assert result.ok, result.error
+            records = deterministic_part(result.records)
+            frames.append(records.assign(algorithm=algorithm, fidelity=fidelity, evaluations=evaluations))
     finally:
         torch.set_num_threads(before)
     return pd.concat(frames, ignore_index=True)

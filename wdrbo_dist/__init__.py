@@ -1,3 +1,3 @@
 """wdrbo-dist: a distributed study runner for Wasserstein distributionally robust BO."""
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"

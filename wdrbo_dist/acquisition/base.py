@@ -71,11 +71,12 @@ COMMON_OPTIONS: dict[str, Option] = {
     # published code (BoTorch's gen_candidates_torch) evaluates a clamped copy and lets the
     # parameter itself leave the box.
     "adam_projected": Option(True, False),
-    # The GP's route for a fixed context set (models/gp.py, `ucb_pairs`): always the n(n+1)/2
-    # pair products (the records so far), or a numerical basis of the context vectors wherever
-    # it needs fewer multiply-adds: as accurate, faster where the contexts are many
-    # (benchmarks/context_basis.py).
-    "context_basis": Option.same(False),
+    # The GP's route for a context set (models/gp.py, `ucb_pairs`): a numerical basis of the
+    # context vectors wherever it needs fewer multiply-adds (the default since version 0.6.0:
+    # as accurate, faster where the contexts are many), or always the n(n+1)/2 pair products
+    # and, for contexts drawn afresh, an [n, n] form per candidate (the records of 0.5.0).
+    # benchmarks/context_basis.py compares the two over seeds.
+    "context_basis": Option.same(True),
 }
 
 

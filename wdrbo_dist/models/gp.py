@@ -163,7 +163,8 @@ class GaussianProcess:
         pair products, over r(r+1)/2 pairs instead of n(n+1)/2. It is no less accurate (nearer
         a Cholesky solve: fewer terms cancel) and several times cheaper where the columns are
         many; `context_features` takes it where it needs fewer multiply-adds per candidate. It
-        changes the last digits, so it is an option. Contexts drawn afresh at every call in a
+        changes the last digits, so it is a fidelity switch (every algorithm's option
+        `context_basis`, on since version 0.6.0). Contexts drawn afresh at every call in a
         known box take it through `region_basis` and `ucb_in_region`.
         """
         return self.ucb_from_features(x, self.context_features(contexts, gradient_contexts, region), beta)
