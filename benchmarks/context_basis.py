@@ -1,10 +1,11 @@
-"""The GP's two routes for a fixed context set (option `context_basis`, models/gp.py): the
-n(n+1)/2 pair products (the default) or a numerical basis of the context vectors. Same method?
-At what speed?
+"""The GP's two routes for context sets (option `context_basis`, models/gp.py): a numerical
+basis of the context vectors (the default since version 0.6.0; for contexts drawn afresh in a
+known box, one basis of the box's vectors) or the n(n+1)/2 pair products and an [n, n] form
+per fresh candidate (version 0.5.0's records). Same method? At what speed?
 
 The two routes agree to ~1e-11 (tests/models/test_gp.py: the basis route is nearer a direct
-Cholesky solve than the pairs are), but that is enough for one seed's trajectories to part
-after a few BO steps, so the routes are compared over seeds, paired (`paired_variants.py`).
+Cholesky solve), but that is enough for one seed's trajectories to part after a few BO steps,
+so the routes are compared over seeds, paired (`paired_variants.py`).
 
     .venv/bin/python benchmarks/context_basis.py                       # ERBO, WDRBO, SBO-KDE on Ackley, 6 seeds
     .venv/bin/python benchmarks/context_basis.py --algorithms sbo-kde stableopt --problems ackley newsvendor --seeds 10
