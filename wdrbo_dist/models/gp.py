@@ -241,7 +241,7 @@ class GaussianProcess:
     def ucb_in_region(self, x: Tensor, contexts: Tensor, region: Tensor, beta: float) -> Tensor | None:
         """UCB [b, N] at every pair (x_b, c_j) on the basis route, with the contexts' vectors
         projected onto `region` (a `region_basis`): a_j = V^T kc_j and k^T K^{-1} k =
-        a_j^T B_b a_j, B_b as in `_basis_pairs` but square. None where some context's vector is
+        a_j^T B_b a_j (`_basis_forms`). None where some context's vector is
         further than REGION_RESIDUAL_MAX from the basis's span, or where the basis is so large
         that the direct [n, n] forms need fewer multiply-adds (two context dimensions, say).
         Differentiable in x."""
@@ -262,9 +262,7 @@ class GaussianProcess:
         for chunk in x.split(REGION_CHUNK):
             k_x = rbf(chunk, train_x, ls_x)  # [c, n]
             c = k_x.shape[0]
-            weighted = k_x.unsqueeze(-1) * region  # [c, n, r]
-            solved = (self._k_inv @ weighted.transpose(0, 1).reshape(n, c * r)).reshape(n, c, r).transpose(0, 1)
-            forms = weighted.transpose(1, 2) @ solved  # [c, r, r]
+            forms = self._basis_forms(k_x, region)  # [c, r, r]
             # a_j^T B_b a_j: one product with the forms side by side (twice a batched product's speed)
             products = coefficients @ forms.transpose(0, 1).reshape(r, c * r)  # [N, c * r]
             quad = (products.view(-1, c, r) * coefficients.unsqueeze(1)).sum(-1).T  # [c, N]
@@ -317,16 +315,20 @@ class GaussianProcess:
         grad = d_mean + beta * d_var / (2.0 * sigma_g.unsqueeze(1))
         return ucb, grad.transpose(1, 2)
 
-    def _basis_pairs(self, k_x: Tensor, basis: Tensor) -> Tensor:
-        """The candidate side on the basis route: B_b = (kx_b * V)^T K^{-1} (kx_b * V) on the
-        pairs k <= l, weighted as `_upper_triangle` weights K^{-1} ([c, r(r+1)/2])."""
+    def _basis_forms(self, k_x: Tensor, basis: Tensor) -> Tensor:
+        """The candidate side on the basis route: B_b = (kx_b * V)^T K^{-1} (kx_b * V) [c, r, r]."""
         c, (n, r) = k_x.shape[0], basis.shape
         weighted = k_x.unsqueeze(-1) * basis  # [c, n, r]
         # K^{-1} (kx_b * V) for every b in one product
         solved = (self._k_inv @ weighted.transpose(0, 1).reshape(n, c * r)).reshape(n, c, r).transpose(0, 1)
-        form = (weighted.transpose(1, 2) @ solved).reshape(c, r * r)  # [c, r * r]
+        return weighted.transpose(1, 2) @ solved
+
+    def _basis_pairs(self, k_x: Tensor, basis: Tensor) -> Tensor:
+        """`_basis_forms` on the pairs k <= l, weighted as `_upper_triangle` weights K^{-1}
+        ([c, r(r+1)/2])."""
+        c, r = k_x.shape[0], basis.shape[1]
         _, _, flat, weights = self._basis_triangle(r)
-        return form.index_select(1, flat) * weights
+        return self._basis_forms(k_x, basis).reshape(c, r * r).index_select(1, flat) * weights
 
     def _basis_triangle(self, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Rows, columns, flat indices and weights (1 on the diagonal, 2 above) of the pairs
