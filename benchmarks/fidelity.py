@@ -12,7 +12,9 @@ two samples could come from one distribution.
 
 Both sides are cached under --cache (published runs are slow: DRBO-KDE ~850 s a run here):
 the published pickles in CACHE/published/Result, ours as JSON keyed by run key (so a new
-package version runs again). `--table-only` prints what the cache holds without running.
+package version runs again). Published runs are also kept in the committed ledger
+(published.py), so they are run once per project, not once per machine. `--table-only`
+prints what the ledger and the cache hold without running.
 
     .venv/bin/python benchmarks/fidelity.py --published /scratch/published --seeds 10
     .venv/bin/python benchmarks/fidelity.py --published /scratch/published --table-only
@@ -40,7 +42,7 @@ default_thread_environment(1)
 import numpy as np  # noqa: E402
 from scipy.stats import mannwhitneyu  # noqa: E402
 
-from published import PublishedCode, PublishedRun  # noqa: E402
+from published import PublishedCode, PublishedRun, record_in_ledger  # noqa: E402
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
 from wdrbo_dist.analysis.statistics import holm, mean_se, significant_digits_format  # noqa: E402
 from wdrbo_dist.backends import map_tasks  # noqa: E402
@@ -202,13 +204,16 @@ def main() -> None:
     seeds = list(range(FIRST_SEED, FIRST_SEED + args.seeds))
     cache = Path(args.cache)
     (cache / "published").mkdir(parents=True, exist_ok=True)
+    published_runs = [PublishedRun(a, p, s) for s in seeds for a, p in cells]
+    for run in published_runs:  # runs finished in the cache by an older harness: into the ledger
+        if run.finished_in(cache / "published"):
+            record_in_ledger(run, cache / "published")
     if not args.table_only:
         assert code is not None
         if args.only != "published":
             run_ours(cells, seeds, cache, args.workers)
         if args.only != "ours":
-            runs = [PublishedRun(a, p, s) for s in seeds for a, p in cells]
-            run_published(code, runs, cache / "published", args.workers)
+            run_published(code, published_runs, cache / "published", args.workers)
     print("\n".join(table(cells, seeds, cache)))
     print(f"\nR_100: cumulative exact regret after {EVALUATIONS} evaluations ({INIT_SIZE} of them the initial "
           f"design), mean ± SE over seeds {seeds[0]}..{seeds[-1]}; ratio: ours / published; Mann-Whitney "
