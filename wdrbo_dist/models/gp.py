@@ -117,6 +117,16 @@ class GaussianProcess:
         self.n = n
 
     @property
+    def weights(self) -> Tensor:
+        """alpha = K^{-1} (y - m): the posterior mean is m + k^T alpha."""
+        return self._alpha
+
+    @property
+    def inverse(self) -> Tensor:
+        """K^{-1} (with the noise on its diagonal)."""
+        return self._k_inv
+
+    @property
     def dim(self) -> int:
         return self.train_x.shape[-1]
 
