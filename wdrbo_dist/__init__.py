@@ -1,3 +1,7 @@
 """wdrbo-dist: a distributed study runner for Wasserstein distributionally robust BO."""
 
+from wdrbo_dist.portable import set_portable_environment
+
+set_portable_environment()  # before NumPy is imported: records that do not depend on the CPU
+
 __version__ = "0.6.0"
