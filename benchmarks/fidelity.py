@@ -40,6 +40,7 @@ from wdrbo_dist.threads import default_thread_environment  # noqa: E402
 default_thread_environment(1)
 
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 from scipy.stats import mannwhitneyu  # noqa: E402
 
 from published import PublishedCode, PublishedRun, record_in_ledger  # noqa: E402
@@ -169,6 +170,45 @@ def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[s
     return lines
 
 
+# Where the regret of a run accrues: the initial design, then the early and the late BO steps.
+PHASES = ((0, INIT_SIZE), (INIT_SIZE, 50), (50, EVALUATIONS))
+
+
+def regret_per_evaluation(cache: Path, algorithm: str, problem: str, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(ours, published) regret of each evaluation, E* - E f(x_t); ours recomputed from its x."""
+    run = PublishedRun(algorithm, problem, seed)
+    path = our_result_path(cache, our_spec(algorithm, problem, seed))
+    if not (run.done(cache / "published") and path.is_file()):
+        return None
+    truth = make_problem(problem, "reference")
+    theirs = truth.optimal_value - np.asarray(run.load(cache / "published")["stochastic_Y"], dtype=np.float64).reshape(-1)
+    x = torch.tensor(json.loads(path.read_text())["x"], dtype=torch.float64)
+    ours = truth.optimal_value - truth.expected_value(x).reshape(-1).numpy()
+    return ours, theirs
+
+
+def phases(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[str]:
+    """Per cell, the mean regret each code pays in each phase of a run (seeds with both codes).
+
+    Both codes draw the initial design the same way (scrambled Sobol, spec 1.2), so a difference
+    there is chance, not method; the BO phases are where a difference of method would show.
+    """
+    header = " | ".join(f"evaluations {a + 1}-{b}: ours / published" for a, b in PHASES)
+    lines = [f"| algorithm | problem | seeds | {header} |", "|---|---|---|" + "---|" * len(PHASES)]
+    for algorithm, problem in cells:
+        pairs = [r for s in seeds if (r := regret_per_evaluation(cache, algorithm, problem, s)) is not None]
+        if not pairs:
+            continue
+        cells_text = []
+        for a, b in PHASES:
+            ours = [float(o[a:b].sum()) for o, _ in pairs]
+            theirs = [float(t[a:b].sum()) for _, t in pairs]
+            cells_text.append(f"{significant_digits_format(mean_se(ours).mean, mean_se(ours).se)} / "
+                              f"{significant_digits_format(mean_se(theirs).mean, mean_se(theirs).se)}")
+        lines.append(f"| {algorithm} | {problem} | {len(pairs)} | " + " | ".join(cells_text) + " |")
+    return lines
+
+
 def parse_cells(values: list[str] | None) -> list[tuple[str, str]]:
     """ALGORITHM:PROBLEM pairs; ValueError names the bad one and the allowed names."""
     if not values:
@@ -194,6 +234,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="parallel runs of each code")
     parser.add_argument("--table-only", action="store_true", help="print what the cache holds, run nothing")
     parser.add_argument("--only", choices=["ours", "published"], help="run one code's side only")
+    parser.add_argument("--phases", action="store_true",
+                        help="also print where each code's regret accrues (initial design, early and late BO steps)")
     args = parser.parse_args()
 
     try:
@@ -219,6 +261,10 @@ def main() -> None:
           f"design), mean ± SE over seeds {seeds[0]}..{seeds[-1]}; ratio: ours / published; Mann-Whitney "
           f"two-sided, Holm over the tested cells (>= 3 runs a side); agree: Holm p >= {ALPHA}; "
           f"', ratio': outside 1/{RATIO_LIMIT}..{RATIO_LIMIT}")
+    if args.phases:
+        print("\n" + "\n".join(phases(cells, seeds, cache)))
+        print("\nMean ± SE over the seeds both codes have of the regret summed over each phase's evaluations "
+              "(the initial design is drawn the same way by both codes: a difference there is chance)")
 
 
 if __name__ == "__main__":
