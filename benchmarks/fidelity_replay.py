@@ -17,7 +17,9 @@ its choice. Printed per step:
              function), with the standard error of that difference
 
 The published side runs `fidelity_probe.py` in the published code's venv; the history comes
-from the cache of `fidelity.py` (run that first for the algorithm, problem and seed).
+from the published run in the ledger or the cache of `fidelity.py` (run that first for the
+algorithm, problem and seed), or with `--history ours` from our `reference` run of the same
+seed (run here): then both codes are asked what they would do next on our trajectory.
 
     .venv/bin/python benchmarks/fidelity_replay.py --published /scratch/published \\
         --algorithm erbo --problem ackley --seed 200 --steps 5 10 20 40 70 99
@@ -80,8 +82,8 @@ def ask_published(code: PublishedCode, request: dict) -> list[dict]:
         return json.loads(ans.read_text())
 
 
-def replay(args: argparse.Namespace) -> None:
-    code = PublishedCode.at(args.published, args.published_python)
+def published_history(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, c, y) of the published run of this cell and seed, from the ledger or the cache."""
     cache = Path(args.cache) / "published"
     run = PublishedRun(args.algorithm, args.problem, args.seed)
     if not run.done(cache):
@@ -91,6 +93,27 @@ def replay(args: argparse.Namespace) -> None:
     x = torch.as_tensor(np.asarray(data["X"]), dtype=torch.float64)
     c = torch.as_tensor(np.asarray(data["contexts"]), dtype=torch.float64).reshape(x.shape[0], -1)
     y = torch.as_tensor(np.asarray(data["Y"]), dtype=torch.float64).reshape(-1)
+    return x, c, y
+
+
+def our_history(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(x, c, y) of our `reference` run of this cell and seed, run here (the fidelity protocol)."""
+    from fidelity import our_spec
+    from wdrbo_dist.records import c_columns, x_columns
+    from wdrbo_dist.run import run_one
+
+    problem = make_problem(args.problem, "reference")
+    result = run_one(our_spec(args.algorithm, args.problem, args.seed))
+    assert result.ok, result.error
+    records = result.records
+    x = torch.tensor(records[x_columns(problem.dim_x)].to_numpy(), dtype=torch.float64)
+    c = torch.tensor(records[c_columns(problem.dim_c)].to_numpy(), dtype=torch.float64)
+    return x, c, torch.tensor(records["y"].to_numpy(), dtype=torch.float64)
+
+
+def replay(args: argparse.Namespace) -> None:
+    code = PublishedCode.at(args.published, args.published_python)
+    x, c, y = (our_history if args.history == "ours" else published_history)(args)
     problem = make_problem(args.problem, "reference")
     steps = [t for t in args.steps if 2 <= t <= x.shape[0]]
     candidates = scrambled_sobol(CANDIDATES, problem.dim_x, torch.Generator().manual_seed(7))
@@ -102,7 +125,7 @@ def replay(args: argparse.Namespace) -> None:
     }
     theirs = {a["step"]: a for a in ask_published(code, request)}
 
-    print(f"{args.algorithm} on {args.problem}, published seed {args.seed}: replayed steps {steps}")
+    print(f"{args.algorithm} on {args.problem}, {args.history} seed {args.seed}: replayed steps {steps}")
     print(f"{'t':>3} | {'fit: dlog l':>11} {'noise ours/pub':>19} {'dobj':>9} | {'acq diff':>9} | "
           f"{'|dx|':>7} {'gap +- SE':>19}")
     unit = torch.stack([torch.zeros(problem.dim_x), torch.ones(problem.dim_x)]).to(torch.float64)
@@ -159,6 +182,8 @@ def main() -> None:
     parser.add_argument("--problem", required=True, choices=list(PUBLISHED_PROBLEMS))
     parser.add_argument("--seed", type=int, default=FIRST_SEED)
     parser.add_argument("--steps", type=int, nargs="+", default=[5, 10, 20, 40, 70, 99])
+    parser.add_argument("--history", choices=["published", "ours"], default="published",
+                        help="whose run's observations both codes are given (ours: our reference run, run here)")
     parser.add_argument("--repeats", type=int, default=8, help="optimiser runs per step and code")
     args = parser.parse_args()
     try:
