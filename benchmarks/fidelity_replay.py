@@ -51,6 +51,7 @@ from wdrbo_dist.acquisition.base import BOState  # noqa: E402
 from wdrbo_dist.acquisition.kde import kde_samples  # noqa: E402
 from wdrbo_dist.acquisition.optimize import maximize_acquisition, scrambled_sobol  # noqa: E402
 from wdrbo_dist.algorithms import make_algorithm  # noqa: E402
+from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.models.gp import _MapObjective, fit_gp, lengthscale_prior, standardize  # noqa: E402
 from wdrbo_dist.problems import make_problem  # noqa: E402
 
@@ -114,6 +115,7 @@ def our_history(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, t
 def replay(args: argparse.Namespace) -> None:
     code = PublishedCode.at(args.published, args.published_python)
     x, c, y = (our_history if args.history == "ours" else published_history)(args)
+    options = dict(parse_option(o) for o in args.option)  # our side only: a variant to compare
     problem = make_problem(args.problem, "reference")
     steps = [t for t in args.steps if 2 <= t <= x.shape[0]]
     candidates = scrambled_sobol(CANDIDATES, problem.dim_x, torch.Generator().manual_seed(7))
@@ -134,7 +136,7 @@ def replay(args: argparse.Namespace) -> None:
         if "fit_error" in answer:
             print(f"{t:>3} | published GP fit raised: {answer['fit_error']}")
             continue
-        algo = make_algorithm(args.algorithm, problem, "reference")
+        algo = make_algorithm(args.algorithm, problem, "reference", options)
         inputs = torch.cat([x[:t], c[:t]], -1) if algo.uses_context else x[:t]
         state = BOState(x[:t], c[:t], y[:t])
         g = torch.Generator().manual_seed(args.seed + t)
@@ -182,6 +184,8 @@ def main() -> None:
     parser.add_argument("--problem", required=True, choices=list(PUBLISHED_PROBLEMS))
     parser.add_argument("--seed", type=int, default=FIRST_SEED)
     parser.add_argument("--steps", type=int, nargs="+", default=[5, 10, 20, 40, 70, 99])
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="an option of our algorithm for our side (e.g. mmd_solver=SCS)")
     parser.add_argument("--history", choices=["published", "ours"], default="published",
                         help="whose run's observations both codes are given (ours: our reference run, run here)")
     parser.add_argument("--repeats", type=int, default=8, help="optimiser runs per step and code")
