@@ -18,6 +18,7 @@ import wdrbo_dist
 PACKAGE = Path(wdrbo_dist.__file__).parent
 
 LAYERS: list[set[str]] = [
+    {"portable"},  # the package's __init__ sets its environment before anything else loads
     {"__init__", "threads", "records", "data"},
     {"models", "problems"},
     {"acquisition"},
