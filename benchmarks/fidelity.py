@@ -45,7 +45,7 @@ from scipy.stats import mannwhitneyu  # noqa: E402
 
 from published import PublishedCode, PublishedRun, record_in_ledger  # noqa: E402
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
-from wdrbo_dist.analysis.statistics import holm, mean_se, significant_digits_format  # noqa: E402
+from wdrbo_dist.analysis.statistics import holm, mean_se, ratio_of_means_interval, significant_digits_format  # noqa: E402
 from wdrbo_dist.backends import map_tasks  # noqa: E402
 from wdrbo_dist.backends.task import Task  # noqa: E402
 from wdrbo_dist.problems import PROBLEMS, make_problem  # noqa: E402
@@ -148,7 +148,7 @@ def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[s
         for i, q in zip(tested, holm([pvalues[i] for i in tested])):
             adjusted[i] = float(q)
     lines = [
-        "| algorithm | problem | n ours / published | ours R_100 | published R_100 | ratio | Mann-Whitney p | Holm p | verdict |",
+        "| algorithm | problem | n ours / published | ours R_100 | published R_100 | ratio [95% CI] | Mann-Whitney p | Holm p | verdict |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for (algorithm, problem, ours_v, theirs_v, p), q in zip(rows, adjusted):
@@ -159,13 +159,17 @@ def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[s
             return significant_digits_format(summary.mean, summary.se)
 
         ratio = np.mean(ours_v) / np.mean(theirs_v) if ours_v and theirs_v else math.nan
+        low, high = ratio_of_means_interval(ours_v, theirs_v)
+        interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) else ""
         verdict = "-"
         if math.isfinite(q):
             same = q >= ALPHA
-            verdict = ("agree" if same else "DIFFER") + ("" if 1 / RATIO_LIMIT <= ratio <= RATIO_LIMIT else ", ratio")
+            verdict = "agree" if same else "DIFFER"
+            if not 1 / RATIO_LIMIT <= ratio <= RATIO_LIMIT:
+                verdict += ", ratio" + (": CI holds 1" if low <= 1.0 <= high else ": CI excludes 1")
         lines.append(
             f"| {algorithm} | {problem} | {len(ours_v)} / {len(theirs_v)} | {cell(ours_v)} | {cell(theirs_v)} | "
-            f"{ratio:.2f} | {p:.3f} | {q:.3f} | {verdict} |"
+            f"{ratio:.2f}{interval} | {p:.3f} | {q:.3f} | {verdict} |"
         )
     return lines
 
@@ -191,10 +195,12 @@ def phases(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[
     """Per cell, the mean regret each code pays in each phase of a run (seeds with both codes).
 
     Both codes draw the initial design the same way (scrambled Sobol, spec 1.2), so a difference
-    there is chance, not method; the BO phases are where a difference of method would show.
+    there is chance, not method; the BO phases are where a difference of method would show, so
+    the last column compares their sum (ratio, bootstrap interval, Mann-Whitney over the seeds).
     """
     header = " | ".join(f"evaluations {a + 1}-{b}: ours / published" for a, b in PHASES)
-    lines = [f"| algorithm | problem | seeds | {header} |", "|---|---|---|" + "---|" * len(PHASES)]
+    bo = f"evaluations {INIT_SIZE + 1}-{EVALUATIONS}: ratio [95% CI], Mann-Whitney p"
+    lines = [f"| algorithm | problem | seeds | {header} | {bo} |", "|---|---|---|" + "---|" * (len(PHASES) + 1)]
     for algorithm, problem in cells:
         pairs = [r for s in seeds if (r := regret_per_evaluation(cache, algorithm, problem, s)) is not None]
         if not pairs:
@@ -205,6 +211,13 @@ def phases(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[
             theirs = [float(t[a:b].sum()) for _, t in pairs]
             cells_text.append(f"{significant_digits_format(mean_se(ours).mean, mean_se(ours).se)} / "
                               f"{significant_digits_format(mean_se(theirs).mean, mean_se(theirs).se)}")
+        ours_bo = [float(o[INIT_SIZE:].sum()) for o, _ in pairs]
+        theirs_bo = [float(t[INIT_SIZE:].sum()) for _, t in pairs]
+        low, high = ratio_of_means_interval(ours_bo, theirs_bo)
+        p = float(mannwhitneyu(ours_bo, theirs_bo, alternative="two-sided").pvalue) if len(pairs) >= 3 else math.nan
+        interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) else ""
+        tested = f", {p:.3f}" if math.isfinite(p) else ""
+        cells_text.append(f"{np.mean(ours_bo) / np.mean(theirs_bo):.2f}{interval}{tested}")
         lines.append(f"| {algorithm} | {problem} | {len(pairs)} | " + " | ".join(cells_text) + " |")
     return lines
 
@@ -260,11 +273,13 @@ def main() -> None:
     print(f"\nR_100: cumulative exact regret after {EVALUATIONS} evaluations ({INIT_SIZE} of them the initial "
           f"design), mean ± SE over seeds {seeds[0]}..{seeds[-1]}; ratio: ours / published; Mann-Whitney "
           f"two-sided, Holm over the tested cells (>= 3 runs a side); agree: Holm p >= {ALPHA}; "
-          f"', ratio': outside 1/{RATIO_LIMIT}..{RATIO_LIMIT}")
+          f"', ratio': outside 1/{RATIO_LIMIT}..{RATIO_LIMIT}; CI: percentile bootstrap of the ratio of "
+          f"means, each code's seeds resampled (10,000 resamples)")
     if args.phases:
         print("\n" + "\n".join(phases(cells, seeds, cache)))
         print("\nMean ± SE over the seeds both codes have of the regret summed over each phase's evaluations "
-              "(the initial design is drawn the same way by both codes: a difference there is chance)")
+              "(the initial design is drawn the same way by both codes: a difference there is chance); the last "
+              "column compares the BO steps alone, where a difference of method would show (untested under 3 seeds)")
 
 
 if __name__ == "__main__":

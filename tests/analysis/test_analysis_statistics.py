@@ -17,6 +17,7 @@ from wdrbo_dist.analysis.statistics import (
     mean_se,
     paired_wilcoxon,
     rank_biserial,
+    ratio_of_means_interval,
     signed_rank_sums,
     significant_digits_format,
 )
@@ -186,3 +187,31 @@ def test_mean_se_formatting():
     assert significant_digits_format(1.5, math.nan) == "1.5 ± n/a"
     assert significant_digits_format(6.0, 1e-16) == "6 ± 0"
     assert significant_digits_format(math.nan, 1.0) == "n/a"
+
+
+def test_ratio_interval_covers_the_ratio_and_tightens_with_data():
+    rng = np.random.default_rng(1)
+    few_a, few_b = rng.normal(10, 3, 10), rng.normal(10, 3, 10)
+    low, high = ratio_of_means_interval(few_a, few_b)
+    assert low < few_a.mean() / few_b.mean() < high
+    many_a, many_b = rng.normal(10, 3, 1000), rng.normal(10, 3, 1000)
+    many_low, many_high = ratio_of_means_interval(many_a, many_b)
+    assert many_high - many_low < (high - low) / 5
+    # with many data the bootstrap interval is the delta method's normal one
+    ma, mb = many_a.mean(), many_b.mean()
+    se = math.hypot(many_a.std(ddof=1) / mb, ma * many_b.std(ddof=1) / mb**2) / math.sqrt(1000)
+    assert many_low == pytest.approx(ma / mb - 1.96 * se, abs=0.1 * se)
+    assert many_high == pytest.approx(ma / mb + 1.96 * se, abs=0.1 * se)
+
+
+def test_ratio_interval_excludes_one_for_a_clear_difference_and_is_reproducible():
+    a, b = [2.0, 2.1, 1.9, 2.05, 1.95], [1.0, 1.1, 0.9, 1.05, 0.95]
+    low, high = ratio_of_means_interval(a, b)
+    assert 1.8 < low < 2.0 < high < 2.2
+    assert ratio_of_means_interval(a, b) == (low, high)
+
+
+def test_ratio_interval_undefined_without_enough_data():
+    assert all(math.isnan(v) for v in ratio_of_means_interval([1.0], [1.0, 2.0]))
+    assert all(math.isnan(v) for v in ratio_of_means_interval([1.0, 2.0], [math.nan, math.inf, 3.0]))
+    assert all(math.isnan(v) for v in ratio_of_means_interval([1.0, 2.0], [-1.0, 1.0]))

@@ -50,6 +50,29 @@ def mean_se(values: ArrayLike) -> MeanSE:
     return MeanSE(mean, se, n)
 
 
+def ratio_of_means_interval(
+    numerator: ArrayLike, denominator: ArrayLike, level: float = 0.95, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile-bootstrap interval of mean(numerator) / mean(denominator), two independent
+    samples each resampled with replacement (the data by `is_data`; NaN where either side has
+    fewer than 2 values or a resampled denominator mean is not positive). Regrets are heavy
+    tailed: one run stuck at a wrong x moves a 10-seed mean by a third, so a ratio far from 1
+    may still be one the data cannot tell from 1. Seeded: the same data give the same interval."""
+    a = np.asarray(numerator, dtype=float)
+    b = np.asarray(denominator, dtype=float)
+    a, b = a[is_data(a)], b[is_data(b)]
+    if a.size < 2 or b.size < 2:
+        return math.nan, math.nan
+    rng = np.random.default_rng(seed)
+    top = a[rng.integers(0, a.size, (resamples, a.size))].mean(axis=1)
+    bottom = b[rng.integers(0, b.size, (resamples, b.size))].mean(axis=1)
+    if not bool((bottom > 0).all()):
+        return math.nan, math.nan
+    tail = (1.0 - level) / 2.0
+    low, high = np.quantile(top / bottom, [tail, 1.0 - tail])
+    return float(low), float(high)
+
+
 def holm(pvalues: ArrayLike) -> np.ndarray:
     """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1).
 
