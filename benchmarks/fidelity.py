@@ -130,6 +130,18 @@ def run_published(code: PublishedCode, runs: list[PublishedRun], cache: Path, wo
         list(pool.map(one, todo))
 
 
+def compare(ours: list[float], theirs: list[float]) -> tuple[float, str, float]:
+    """(ratio of means ours / published, its bootstrap interval as text, two-sided Mann-Whitney p;
+    NaN where a side has fewer than 3 runs): the one comparison of both tables."""
+    ratio = float(np.mean(ours) / np.mean(theirs)) if ours and theirs else math.nan
+    low, high = ratio_of_means_interval(ours, theirs)
+    interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) else ""
+    p = math.nan
+    if len(ours) >= 3 and len(theirs) >= 3:
+        p = float(mannwhitneyu(ours, theirs, alternative="two-sided").pvalue)
+    return ratio, interval, p
+
+
 def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[str]:
     rows, pvalues = [], []
     for algorithm, problem in cells:
@@ -137,10 +149,8 @@ def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[s
         theirs = [published_regret(PublishedRun(algorithm, problem, s), cache / "published") for s in seeds]
         ours_v = [v for v in ours if v is not None]
         theirs_v = [v for v in theirs if v is not None]
-        p = math.nan
-        if len(ours_v) >= 3 and len(theirs_v) >= 3:
-            p = float(mannwhitneyu(ours_v, theirs_v, alternative="two-sided").pvalue)
-        rows.append((algorithm, problem, ours_v, theirs_v, p))
+        ratio, interval, p = compare(ours_v, theirs_v)
+        rows.append((algorithm, problem, ours_v, theirs_v, ratio, interval, p))
         pvalues.append(p)
     tested = [i for i, p in enumerate(pvalues) if math.isfinite(p)]
     adjusted = [math.nan] * len(rows)
@@ -151,21 +161,19 @@ def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[s
         "| algorithm | problem | n ours / published | ours R_100 | published R_100 | ratio [95% CI] | Mann-Whitney p | Holm p | verdict |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (algorithm, problem, ours_v, theirs_v, p), q in zip(rows, adjusted):
+    for (algorithm, problem, ours_v, theirs_v, ratio, interval, p), q in zip(rows, adjusted):
         def cell(values: list[float]) -> str:
             if not values:
                 return "-"
             summary = mean_se(values)
             return significant_digits_format(summary.mean, summary.se)
 
-        ratio = np.mean(ours_v) / np.mean(theirs_v) if ours_v and theirs_v else math.nan
-        low, high = ratio_of_means_interval(ours_v, theirs_v)
-        interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) else ""
         verdict = "-"
         if math.isfinite(q):
             same = q >= ALPHA
             verdict = "agree" if same else "DIFFER"
             if not 1 / RATIO_LIMIT <= ratio <= RATIO_LIMIT:
+                low, high = ratio_of_means_interval(ours_v, theirs_v)
                 verdict += ", ratio" + (": CI holds 1" if low <= 1.0 <= high else ": CI excludes 1")
         lines.append(
             f"| {algorithm} | {problem} | {len(ours_v)} / {len(theirs_v)} | {cell(ours_v)} | {cell(theirs_v)} | "
@@ -213,11 +221,8 @@ def phases(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[
                               f"{significant_digits_format(mean_se(theirs).mean, mean_se(theirs).se)}")
         ours_bo = [float(o[INIT_SIZE:].sum()) for o, _ in pairs]
         theirs_bo = [float(t[INIT_SIZE:].sum()) for _, t in pairs]
-        low, high = ratio_of_means_interval(ours_bo, theirs_bo)
-        p = float(mannwhitneyu(ours_bo, theirs_bo, alternative="two-sided").pvalue) if len(pairs) >= 3 else math.nan
-        interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) else ""
-        tested = f", {p:.3f}" if math.isfinite(p) else ""
-        cells_text.append(f"{np.mean(ours_bo) / np.mean(theirs_bo):.2f}{interval}{tested}")
+        ratio, interval, p = compare(ours_bo, theirs_bo)
+        cells_text.append(f"{ratio:.2f}{interval}" + (f", {p:.3f}" if math.isfinite(p) else ""))
         lines.append(f"| {algorithm} | {problem} | {len(pairs)} | " + " | ".join(cells_text) + " |")
     return lines
 
