@@ -52,6 +52,7 @@ from wdrbo_dist.acquisition.kde import kde_samples  # noqa: E402
 from wdrbo_dist.acquisition.optimize import maximize_acquisition, scrambled_sobol  # noqa: E402
 from wdrbo_dist.algorithms import make_algorithm  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
+from wdrbo_dist.cli.usage import UsageError  # noqa: E402
 from wdrbo_dist.models.gp import _MapObjective, fit_gp, lengthscale_prior, standardize  # noqa: E402
 from wdrbo_dist.problems import make_problem  # noqa: E402
 
@@ -192,7 +193,9 @@ def main() -> None:
     args = parser.parse_args()
     try:
         PublishedCode.at(args.published, args.published_python)
-    except ValueError as error:
+        options = dict(parse_option(o) for o in args.option)
+        make_algorithm(args.algorithm, make_problem(args.problem, "reference"), "reference", options)
+    except (ValueError, UsageError) as error:
         parser.error(str(error))  # one line, exit 2, before any work
     replay(args)
 
