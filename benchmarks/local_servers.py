@@ -28,9 +28,21 @@ BIN = Path(sys.executable).parent
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: every socket stays bound until all are chosen (one at a
+    time, the system may hand the same port out twice, and Ray refuses a node whose
+    components share one)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def wait_for(predicate, timeout_s: float, what: str, log: Path | None = None) -> None:
@@ -71,13 +83,14 @@ class RayCluster:
         return {p.pid for p in self.processes}
 
 
-def _node_ports() -> list[str]:
-    """Two nodes share this machine, so every per-node port is chosen, not defaulted."""
-    ports = []
-    for flag in ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-                 "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port"):
-        ports += [flag, str(free_port())]
-    return ports
+def _port_flags(flags: tuple[str, ...]) -> list[str]:
+    """Several nodes share this machine, so every port of a node is chosen (distinct), not defaulted."""
+    return [item for flag, port in zip(flags, free_ports(len(flags))) for item in (flag, str(port))]
+
+
+NODE_PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+                   "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port")
+HEAD_PORT_FLAGS = ("--port", "--dashboard-port", "--ray-client-server-port", *NODE_PORT_FLAGS)
 
 
 NODE_FLAGS = ["--num-cpus", "1", "--object-store-memory", str(100 * 1024**2), "--disable-usage-stats",
@@ -89,11 +102,14 @@ def add_worker_node(cluster: RayCluster, name: str) -> subprocess.Popen:
     log = cluster.root / f"{name}.log"
     process = subprocess.Popen(
         [str(BIN / "ray"), "start", "--address", cluster.gcs_address, "--temp-dir", str(cluster.root / name),
-         *NODE_FLAGS, *_node_ports()],
+         *NODE_FLAGS, *_port_flags(NODE_PORT_FLAGS)],
         env=cluster.env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     cluster.processes.append(process)
-    wait_for(lambda: "Ray runtime started" in log.read_text(), 120, f"ray node {name}", log)
+    wait_for(lambda: "Ray runtime started" in log.read_text() or process.poll() is not None, 120,
+             f"ray node {name}", log)
+    if process.poll() is not None:
+        raise RuntimeError(f"ray node {name} exited with {process.returncode}\n{log.read_text()[-3000:]}")
     return process
 
 
@@ -106,15 +122,14 @@ def started_ray_cluster(prefix: str = "wdr") -> Iterator[RayCluster]:
         RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0",
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1",
     )
-    gcs, dashboard = free_port(), free_port()
+    ports = _port_flags(HEAD_PORT_FLAGS)
+    gcs, dashboard = ports[1], ports[3]
     head_log = root / "head.log"
     cluster = RayCluster(f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}", env, root)
     try:
         cluster.processes.append(subprocess.Popen(
-            [str(BIN / "ray"), "start", "--head", "--port", str(gcs), "--include-dashboard=true",
-             "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-             "--ray-client-server-port", str(free_port()), "--temp-dir", str(root / "head"), *NODE_FLAGS,
-             *_node_ports()],
+            [str(BIN / "ray"), "start", "--head", "--include-dashboard=true", "--dashboard-host", "127.0.0.1",
+             "--temp-dir", str(root / "head"), *NODE_FLAGS, *ports],
             env=env, stdout=head_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
         ))
 
