@@ -15,6 +15,8 @@ its choice. Printed per step:
              between the two codes' choices, and gap = (mean alpha(x_ours) - mean alpha(x_pub))
              / range, both under our acquisition (> 0: our optimiser climbed higher on the same
              function), with the standard error of that difference
+    regret   the exact regret E* - E_c f(x, c) of those choices (what R_100 sums): the mean
+             over each code's --repeats choices, ours / published
 
 The published side runs `fidelity_probe.py` in the published code's venv; the history comes
 from the published run in the ledger or the cache of `fidelity.py` (run that first for the
@@ -130,8 +132,15 @@ def replay(args: argparse.Namespace) -> None:
 
     print(f"{args.algorithm} on {args.problem}, {args.history} seed {args.seed}: replayed steps {steps}")
     print(f"{'t':>3} | {'fit: dlog l':>11} {'noise ours/pub':>19} {'dobj':>9} | {'acq diff':>9} | "
-          f"{'|dx|':>7} {'gap +- SE':>19}")
+          f"{'|dx|':>7} {'gap +- SE':>19} | {'regret ours / pub':>19}")
     unit = torch.stack([torch.zeros(problem.dim_x), torch.ones(problem.dim_x)]).to(torch.float64)
+    lower, upper = problem.decision_bounds[0], problem.decision_bounds[1]
+    _, optimal_value = problem.optimum()
+
+    def regret(x_unit: torch.Tensor) -> float:
+        """Mean exact regret of unit-box choices [k, d_x] (as `run_one` scores a choice)."""
+        return float((optimal_value - problem.expected_value(lower + (upper - lower) * x_unit)).mean())
+
     for t in steps:
         answer = theirs[t]
         if "fit_error" in answer:
@@ -173,7 +182,8 @@ def replay(args: argparse.Namespace) -> None:
         se = float((v_ours.var() / len(v_ours) + v_pub.var() / len(v_pub)).sqrt()) if args.repeats > 1 else float("nan")
         distance = float(torch.cdist(x_ours, x_pub).diagonal().median())
         print(f"{t:>3} | {d_log_l:>11.2e} {model.noise:>9.2e}/{answer['noise']:<9.2e} {d_obj:>9.2e} | "
-              f"{acq_diff:>9.2e} | {distance:>7.4f} {gap:>+9.2e} +- {se:.1e}")
+              f"{acq_diff:>9.2e} | {distance:>7.4f} {gap:>+9.2e} +- {se:.1e} | "
+              f"{regret(x_ours):>9.4g} / {regret(x_pub):<9.4g}")
 
 
 def main() -> None:
