@@ -30,6 +30,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -130,16 +131,28 @@ def run_published(code: PublishedCode, runs: list[PublishedRun], cache: Path, wo
         list(pool.map(one, todo))
 
 
-def compare(ours: list[float], theirs: list[float]) -> tuple[float, str, float]:
-    """(ratio of means ours / published, its bootstrap interval as text, two-sided Mann-Whitney p;
-    NaN where a side has fewer than 3 runs): the one comparison of both tables."""
+@dataclass(frozen=True)
+class Comparison:
+    """Ours against the published code on one sample pair: the one comparison of both tables."""
+
+    ratio: float  # of means, ours / published
+    low: float  # its percentile-bootstrap 95% interval (NaN without 2 values a side)
+    high: float
+    p: float  # two-sided Mann-Whitney (NaN where a side has fewer than 3 runs)
+
+    @property
+    def text(self) -> str:
+        interval = f" [{self.low:.2f}, {self.high:.2f}]" if math.isfinite(self.low) else ""
+        return f"{self.ratio:.2f}{interval}"
+
+
+def compare(ours: list[float], theirs: list[float]) -> Comparison:
     ratio = float(np.mean(ours) / np.mean(theirs)) if ours and theirs else math.nan
     low, high = ratio_of_means_interval(ours, theirs)
-    interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) else ""
     p = math.nan
     if len(ours) >= 3 and len(theirs) >= 3:
         p = float(mannwhitneyu(ours, theirs, alternative="two-sided").pvalue)
-    return ratio, interval, p
+    return Comparison(ratio, low, high, p)
 
 
 def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[str]:
@@ -149,9 +162,9 @@ def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[s
         theirs = [published_regret(PublishedRun(algorithm, problem, s), cache / "published") for s in seeds]
         ours_v = [v for v in ours if v is not None]
         theirs_v = [v for v in theirs if v is not None]
-        ratio, interval, p = compare(ours_v, theirs_v)
-        rows.append((algorithm, problem, ours_v, theirs_v, ratio, interval, p))
-        pvalues.append(p)
+        comparison = compare(ours_v, theirs_v)
+        rows.append((algorithm, problem, ours_v, theirs_v, comparison))
+        pvalues.append(comparison.p)
     tested = [i for i, p in enumerate(pvalues) if math.isfinite(p)]
     adjusted = [math.nan] * len(rows)
     if tested:
@@ -161,7 +174,7 @@ def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[s
         "| algorithm | problem | n ours / published | ours R_100 | published R_100 | ratio [95% CI] | Mann-Whitney p | Holm p | verdict |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for (algorithm, problem, ours_v, theirs_v, ratio, interval, p), q in zip(rows, adjusted):
+    for (algorithm, problem, ours_v, theirs_v, comparison), q in zip(rows, adjusted):
         def cell(values: list[float]) -> str:
             if not values:
                 return "-"
@@ -172,12 +185,12 @@ def table(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[s
         if math.isfinite(q):
             same = q >= ALPHA
             verdict = "agree" if same else "DIFFER"
-            if not 1 / RATIO_LIMIT <= ratio <= RATIO_LIMIT:
-                low, high = ratio_of_means_interval(ours_v, theirs_v)
-                verdict += ", ratio" + (": CI holds 1" if low <= 1.0 <= high else ": CI excludes 1")
+            if not 1 / RATIO_LIMIT <= comparison.ratio <= RATIO_LIMIT:
+                holds = comparison.low <= 1.0 <= comparison.high
+                verdict += ", ratio" + (": CI holds 1" if holds else ": CI excludes 1")
         lines.append(
             f"| {algorithm} | {problem} | {len(ours_v)} / {len(theirs_v)} | {cell(ours_v)} | {cell(theirs_v)} | "
-            f"{ratio:.2f}{interval} | {p:.3f} | {q:.3f} | {verdict} |"
+            f"{comparison.text} | {comparison.p:.3f} | {q:.3f} | {verdict} |"
         )
     return lines
 
@@ -221,8 +234,8 @@ def phases(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[
                               f"{significant_digits_format(mean_se(theirs).mean, mean_se(theirs).se)}")
         ours_bo = [float(o[INIT_SIZE:].sum()) for o, _ in pairs]
         theirs_bo = [float(t[INIT_SIZE:].sum()) for _, t in pairs]
-        ratio, interval, p = compare(ours_bo, theirs_bo)
-        cells_text.append(f"{ratio:.2f}{interval}" + (f", {p:.3f}" if math.isfinite(p) else ""))
+        comparison = compare(ours_bo, theirs_bo)
+        cells_text.append(comparison.text + (f", {comparison.p:.3f}" if math.isfinite(comparison.p) else ""))
         lines.append(f"| {algorithm} | {problem} | {len(pairs)} | " + " | ".join(cells_text) + " |")
     return lines
 

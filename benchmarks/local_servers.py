@@ -83,9 +83,13 @@ class RayCluster:
         return {p.pid for p in self.processes}
 
 
-def _port_flags(flags: tuple[str, ...]) -> list[str]:
+def _chosen_ports(flags: tuple[str, ...]) -> dict[str, int]:
     """Several nodes share this machine, so every port of a node is chosen (distinct), not defaulted."""
-    return [item for flag, port in zip(flags, free_ports(len(flags))) for item in (flag, str(port))]
+    return dict(zip(flags, free_ports(len(flags))))
+
+
+def _as_arguments(ports: dict[str, int]) -> list[str]:
+    return [item for flag, port in ports.items() for item in (flag, str(port))]
 
 
 NODE_PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
@@ -102,7 +106,7 @@ def add_worker_node(cluster: RayCluster, name: str) -> subprocess.Popen:
     log = cluster.root / f"{name}.log"
     process = subprocess.Popen(
         [str(BIN / "ray"), "start", "--address", cluster.gcs_address, "--temp-dir", str(cluster.root / name),
-         *NODE_FLAGS, *_port_flags(NODE_PORT_FLAGS)],
+         *NODE_FLAGS, *_as_arguments(_chosen_ports(NODE_PORT_FLAGS))],
         env=cluster.env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     cluster.processes.append(process)
@@ -122,14 +126,14 @@ def started_ray_cluster(prefix: str = "wdr") -> Iterator[RayCluster]:
         RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0",
         PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1",
     )
-    ports = _port_flags(HEAD_PORT_FLAGS)
-    gcs, dashboard = ports[1], ports[3]
+    ports = _chosen_ports(HEAD_PORT_FLAGS)
+    gcs, dashboard = ports["--port"], ports["--dashboard-port"]
     head_log = root / "head.log"
     cluster = RayCluster(f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dashboard}", env, root)
     try:
         cluster.processes.append(subprocess.Popen(
             [str(BIN / "ray"), "start", "--head", "--include-dashboard=true", "--dashboard-host", "127.0.0.1",
-             "--temp-dir", str(root / "head"), *NODE_FLAGS, *ports],
+             "--temp-dir", str(root / "head"), *NODE_FLAGS, *_as_arguments(ports)],
             env=env, stdout=head_log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
         ))
 
