@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import pandas as pd
+from wdrbo_dist.portable import set_portable_environment
+
+set_portable_environment()  # before NumPy is imported, as in the test process (`--write` otherwise pins this CPU's digits)
+import pandas as pd  # noqa: E402
 
 PINNED = Path(__file__).parent / "data" / "pinned_records.parquet"
 PROBLEM = "three-hump-camel"  # 2-D decision, 1-D context: every algorithm's code paths, cheaply

@@ -74,6 +74,23 @@ def test_detached_lipschitz_term_adds_no_gradient() -> None:
     assert not torch.allclose(grads[False], mean_grad)
 
 
+def test_closed_form_and_autograd_lipschitz_gradients_agree() -> None:
+    """Option `wdrbo_L_gradient`: the acquisition values and gradients agree to rounding."""
+    problem, state, model = _state_and_model("modified-branin", n=20)
+    x = torch.rand(6, 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    values, grads = {}, {}
+    for route in ("analytic", "autograd"):
+        algo = WDRBO(problem, "paper", {"wdrbo_L_gradient": route})
+        algo.setup(state, torch.Generator().manual_seed(1))
+        acq = algo.acquisition(model, state, torch.Generator().manual_seed(2))
+        xr = x.clone().requires_grad_(True)
+        values[route] = acq(xr)
+        (grads[route],) = torch.autograd.grad(values[route].sum(), xr)
+    assert torch.allclose(values["analytic"].detach(), values["autograd"].detach(), rtol=0, atol=1e-12)
+    assert torch.allclose(grads["analytic"], grads["autograd"], rtol=1e-9, atol=1e-12)
+    assert WDRBO.resolve_options("paper", {})["wdrbo_L_gradient"] == "analytic"
+
+
 def test_erbo_is_wdrbo_at_radius_zero() -> None:
     problem, state, model = _state_and_model()
     erbo = ERBO(problem, "paper")

@@ -13,6 +13,7 @@ from wdrbo_dist.models.gp import (
     LENGTHSCALE_MIN,
     NOISE_MIN,
     GaussianProcess,
+    context_gradient_jacobian,
     _MapObjective,
     fit_gp,
     lengthscale_prior,
@@ -111,6 +112,30 @@ def test_analytic_ucb_gradient_matches_autograd() -> None:
     assert torch.allclose(ucb, model.ucb(z, 1.5))
     assert torch.allclose(grad, auto[:, 1:], atol=1e-8)
     assert bool(torch.isfinite(grad).all())
+
+
+@pytest.mark.parametrize(("dim_x", "dim_c"), [(1, 1), (2, 1), (1, 2), (3, 2)])
+def test_context_gradient_norm_has_the_direct_values_and_autograds_x_gradient(dim_x: int, dim_c: int) -> None:
+    """WDRBO's differentiated L(x): the values of `ucb_and_gradient`'s norm, and the closed-form
+    x-gradient is the double backward through it, to rounding."""
+    train, y = _data(30, dim_x + dim_c, seed=12)
+    model, _ = fit_gp(train, y, torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(13)
+    x = torch.rand(9, dim_x, generator=g, dtype=torch.float64, requires_grad=True)
+    contexts = torch.rand(9, dim_c, generator=g, dtype=torch.float64)
+    norm = model.context_gradient_norm(x, contexts, 1.5)
+    (closed_form,) = torch.autograd.grad(norm.sum(), x)
+    _, direct = model.ucb_and_gradient(torch.cat([x, contexts], -1), 1.5, slice(dim_x, None))
+    (double_backward,) = torch.autograd.grad(direct.norm(dim=-1).sum(), x)
+    assert torch.allclose(norm.detach(), direct.norm(dim=-1).detach(), rtol=1e-11, atol=0)
+    assert torch.allclose(closed_form, double_backward, rtol=1e-9, atol=1e-9 * float(double_backward.abs().max()))
+    assert torch.autograd.gradcheck(lambda v: model.context_gradient_norm(v, contexts[:3], 1.5), (x.detach()[:3].requires_grad_(),))
+    # the formula in torch (the route off the CPU) gives what NumPy gives on it
+    arrays = (x.detach(), contexts, model.train_x, model.lengthscale, model.inverse, model.weights)
+    on_device = context_gradient_jacobian(torch, *arrays, 1.5)
+    on_cpu = context_gradient_jacobian(np, *(a.numpy() for a in arrays), 1.5)
+    for got, expected in zip(on_device, on_cpu):
+        assert np.allclose(got.numpy(), expected, rtol=1e-11, atol=1e-11 * np.abs(expected).max())
 
 
 @pytest.mark.parametrize("dim_c", [1, 2])

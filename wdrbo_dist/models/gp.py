@@ -381,6 +381,65 @@ class GaussianProcess:
         ucb = mean + beta * sigma
         return ucb.reshape(shape), d_ucb.reshape(*shape, d_ucb.shape[-1])
 
+    def context_gradient_norm(self, x: Tensor, contexts: Tensor, beta: float) -> Tensor:
+        """||grad_c UCB(x_b, c_b)||_2 for candidates x [b, d_x] and one context each [b, d_c] -> [b],
+        differentiable in x by its closed-form gradient (`context_gradient_jacobian`): WDRBO's
+        differentiated L(x) at each candidate's maximising Lipschitz point. The values of
+        `ucb_and_gradient`'s norm and the x-gradient of autograd's double backward through it,
+        to rounding, in a few dozen operations on [b, n] arrays where the double backward takes
+        many more, each at torch's fixed cost per call (`benchmarks/lipschitz_gradient.py`)."""
+        return _ContextGradientNorm.apply(x, contexts, self, beta)
+
+
+def context_gradient_jacobian(xp, x, contexts, train, lengthscale, inverse, weights, beta: float):
+    """(L [b], dL/dx [b, d_x]) for L = ||g||, g = grad_c UCB(x, c) = dk_c^T alpha - beta N / sigma,
+    N = dk_c^T w, w = K^{-1} k; written once for an array namespace `xp` (NumPy or torch).
+
+    With u_ie = -(x_e - z_ie) / l_e^2 (so dk_i/dx_e = k_i u_ie and d(dk_c)_id/dx_e = (dk_c)_id u_ie):
+    dN_d/dx_e = sum_i (dk_c)_id (u_ie w_i + (K^{-1} dk_x)_ie), dsigma/dx_e = -(dk_x^T w)_e / sigma,
+    dg_d/dx_e = sum_i (dk_c)_id u_ie alpha_i - beta (dN_d/dx_e / sigma - N_d dsigma/dx_e / sigma^2),
+    dL/dx = g^T dg/dx / L (0 where L = 0; dsigma = 0 where the variance is at its floor)."""
+    dim_x = x.shape[-1]
+    z = xp.concatenate([x, contexts], axis=-1)
+    offset = z[:, None, :] - train[None, :, :]  # [b, n, D]
+    scaled = offset / lengthscale**2  # -u
+    k = xp.exp(-0.5 * (offset * scaled).sum(-1))  # [b, n]
+    w = k @ inverse
+    var = 1.0 - (w * k).sum(-1)
+    sigma = xp.sqrt(xp.clip(var, min=VARIANCE_FLOOR))[:, None]  # [b, 1]
+    dk = -k[..., None] * scaled  # dk_i / dz
+    dk_c, dk_x = dk[..., dim_x:], dk[..., :dim_x]
+    numerator = xp.einsum("bnd,bn->bd", dk_c, w)
+    gradient = xp.einsum("bnd,n->bd", dk_c, weights) - beta * numerator / sigma  # [b, d_c]
+    norm = xp.sqrt((gradient * gradient).sum(-1))
+    # dg/dx = dk_c^T (u (alpha - beta w / sigma) - beta K^{-1} dk_x / sigma) + beta N dsigma / sigma^2
+    inner = -scaled[..., :dim_x] * (weights - beta * w / sigma)[..., None] - (beta / sigma)[..., None] * (inverse @ dk_x)
+    d_sigma = xp.where(var[:, None] > VARIANCE_FLOOR, -(dk_x * w[..., None]).sum(1) / sigma, 0.0)  # [b, d_x]
+    d_gradient = dk_c.swapaxes(1, 2) @ inner + (beta / sigma**2)[..., None] * numerator[..., None] * d_sigma[:, None, :]
+    jacobian = xp.einsum("bd,bde->be", gradient, d_gradient) / xp.clip(norm, min=1e-300)[:, None]
+    return norm, xp.where(norm[:, None] > 0, jacobian, 0.0)
+
+
+class _ContextGradientNorm(torch.autograd.Function):
+    """`GaussianProcess.context_gradient_norm`: the forward pass forms the Jacobian, the backward
+    pass scales it. On the CPU the arrays are small ([b, n]) and NumPy's cost per operation is a
+    fraction of torch's; elsewhere torch computes the same formula on the device."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, contexts: Tensor, model: "GaussianProcess", beta: float) -> Tensor:  # type: ignore[override]
+        arrays = (x.detach(), contexts, model.train_x, model.lengthscale, model.inverse, model.weights)
+        if x.device.type == "cpu":
+            norm, jacobian = map(torch.from_numpy, context_gradient_jacobian(np, *(a.numpy() for a in arrays), beta))
+        else:
+            norm, jacobian = context_gradient_jacobian(torch, *arrays, beta)
+        ctx.save_for_backward(jacobian)
+        return norm
+
+    @staticmethod
+    def backward(ctx, grad_norm: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+        (jacobian,) = ctx.saved_tensors
+        return grad_norm.unsqueeze(-1) * jacobian, None, None, None
+
 
 def numerical_basis(vectors: Tensor) -> tuple[Tensor, Tensor]:
     """(V [n, r], A [rows, r]) with orthonormal V and vectors ~= A V^T: the right singular

@@ -1,0 +1,81 @@
+"""WDRBO's differentiated L(x) (paper profile): its x-gradient in closed form (option
+`wdrbo_L_gradient: analytic`, the default since version 0.7.0) or by autograd's double backward
+through the context gradient (`autograd`, version 0.6.0's records). Same method? At what speed?
+
+The two gradients agree to ~1e-12 relative (tests/models/test_gp.py), which is enough for one
+seed's trajectories to part after a few BO steps, so the routes are compared over seeds, paired
+(`paired_variants.py`). `--step` prints instead what one Adam step costs (forward and backward
+of the acquisition for 10 candidates on a GP of n points, one thread, best of 5 repeats of 300),
+for ERBO's mean term, WDRBO with L(x) detached (the reference profile) and both gradients.
+
+    .venv/bin/python benchmarks/lipschitz_gradient.py --step                 # ms per Adam step, n = 99
+    .venv/bin/python benchmarks/lipschitz_gradient.py                        # Ackley and Newsvendor, 10 seeds
+    .venv/bin/python benchmarks/lipschitz_gradient.py --problems toy-general --seeds 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from paired_variants import compare  # sets one thread per process before torch is imported
+
+ROUTES: dict[str, dict[str, object]] = {
+    "autograd": {"wdrbo_L_gradient": "autograd"},
+    "analytic": {"wdrbo_L_gradient": "analytic"},
+}
+
+
+def step_times(n: int, repeats: int = 5, calls: int = 300) -> dict[str, float]:
+    """ms per forward + backward of each acquisition for 10 candidates (Ackley's shapes)."""
+    import torch
+
+    from wdrbo_dist.acquisition.wdrbo import WassersteinUCB
+    from wdrbo_dist.models.gp import GaussianProcess
+
+    generator = torch.Generator().manual_seed(0)
+    train = torch.rand(n, 2, generator=generator, dtype=torch.float64)  # Ackley: d_x = d_c = 1
+    model = GaussianProcess(train, torch.randn(n, generator=generator, dtype=torch.float64),
+                            torch.tensor([0.2, 0.3], dtype=torch.float64), 1e-3, 0.1, context_basis=True)
+    nodes, weights = train[:, 1:], torch.full((n,), 1.0 / n, dtype=torch.float64)
+    points = torch.rand(100, 1, generator=generator, dtype=torch.float64)
+    radius = 0.3 / n**0.5
+    acquisitions = {
+        "erbo (mean term)": WassersteinUCB(model, nodes, weights, 0.0, None, 1.5),
+        "wdrbo, L detached": WassersteinUCB(model, nodes, weights, radius, points, 1.5, detach_lipschitz=True),
+        "wdrbo, autograd": WassersteinUCB(model, nodes, weights, radius, points, 1.5, detach_lipschitz=False,
+                                          analytic_gradient=False),
+        "wdrbo, analytic": WassersteinUCB(model, nodes, weights, radius, points, 1.5, detach_lipschitz=False,
+                                          analytic_gradient=True),
+    }
+    x = torch.rand(10, 1, generator=generator, dtype=torch.float64).requires_grad_(True)
+    best = {label: float("inf") for label in acquisitions}
+    for _ in range(repeats):  # interleaved, so that a slow spell of the machine hits every variant
+        for label, acquisition in acquisitions.items():
+            for _ in range(20):
+                torch.autograd.grad(acquisition(x).sum(), x)
+            start = time.perf_counter()
+            for _ in range(calls):
+                torch.autograd.grad(acquisition(x).sum(), x)
+            best[label] = min(best[label], (time.perf_counter() - start) / calls * 1e3)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--problems", nargs="+", default=["ackley", "newsvendor"])
+    parser.add_argument("--seeds", type=int, default=10, help="seeds 100, 101, ...")
+    parser.add_argument("--evaluations", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")
+    parser.add_argument("--n", type=int, default=99, help="--step: training points of the GP")
+    args = parser.parse_args()
+    if args.step:
+        for label, ms in step_times(args.n).items():
+            print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, 10 candidates, n = {args.n})")
+        return
+    compare(["wdrbo"], args.problems, ROUTES, args.seeds, args.evaluations, "paper", args.workers)
+
+
+if __name__ == "__main__":
+    main()
