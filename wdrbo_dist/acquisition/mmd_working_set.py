@@ -111,6 +111,8 @@ class _RestrictedWorkspace:
         settings.equilibrate_enable = equilibrate
         cones = [clarabel.ZeroConeT(zero_rows), clarabel.NonnegativeConeT(n), clarabel.SecondOrderConeT(cone_rows)]
         self.solver = clarabel.DefaultSolver(sp.csc_matrix((n, n)), np.ones(n), a, self.b, cones, settings)
+        # the used slots for k variables: 0..k-1, then the aggregate column (np.r_ costs more than a solve's setup)
+        self._slots = [np.append(np.arange(k), size) for k in range(size + 1)]
 
     def solve(
         self, eq: np.ndarray, b_eq: np.ndarray, cone_first: np.ndarray, b_first: float, r: np.ndarray, cost: np.ndarray
@@ -121,7 +123,7 @@ class _RestrictedWorkspace:
         values, b = self.values, self.b
         values[:, :z0] = 0.0
         values[:, z0 + 1 :] = 0.0
-        slots = np.r_[np.arange(k), self.size]  # the used slots, then the aggregate column
+        slots = self._slots[k]
         values[slots, :z0] = eq.T
         values[slots, z0 + 1] = cone_first
         values[slots, z0 + 2 : z0 + 2 + m] = r[:, :k1].T
@@ -213,10 +215,13 @@ class WorkingSetSolver:
             columns[:, k] = self._centre_column[zero:]
             columns[:, k + 1] = program.b_cone
             q, r = np.linalg.qr(columns[1:])
-            eq = np.column_stack([program.a_eq[:, working], self._centre_column[:zero]])
-            status, x, z = workspace.solve(
-                eq, program.b_eq, columns[0, : k + 1], float(program.b_cone[0]), r, np.r_[c[working], centre_cost]
-            )
+            eq = np.empty((zero, k + 1))
+            eq[:, :k] = program.a_eq[:, working]
+            eq[:, k] = self._centre_column[:zero]
+            cost = np.empty(k + 1)
+            cost[:k] = c[working]
+            cost[k] = centre_cost
+            status, x, z = workspace.solve(eq, program.b_eq, columns[0, : k + 1], float(program.b_cone[0]), r, cost)
             self.programs += 1
             if status != "Solved":
                 return None
