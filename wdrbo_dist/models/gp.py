@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from types import ModuleType
+from typing import TypeVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -391,7 +393,13 @@ class GaussianProcess:
         return _ContextGradientNorm.apply(x, contexts, self, beta)
 
 
-def context_gradient_jacobian(xp, x, contexts, train, lengthscale, inverse, weights, beta: float):
+Array = TypeVar("Array", np.ndarray, Tensor)
+
+
+def context_gradient_jacobian(
+    xp: ModuleType, x: Array, contexts: Array, train: Array, lengthscale: Array, inverse: Array, weights: Array,
+    beta: float,
+) -> tuple[Array, Array]:
     """(L [b], dL/dx [b, d_x]) for L = ||g||, g = grad_c UCB(x, c) = dk_c^T alpha - beta N / sigma,
     N = dk_c^T w, w = K^{-1} k; written once for an array namespace `xp` (NumPy or torch).
 
