@@ -25,6 +25,8 @@ ON_PURPOSE = {
     ("acquisition/optimize.py", "boltzmann_starts"):
         "start points are drawn with the algorithm stream's CPU generator: the same starts on every device",
     ("models/gp.py", "fit_gp"): "the GP's hyperparameters are fitted by SciPy's L-BFGS-B on the host",
+    ("models/gp.py", "_cpu_views"):
+        "WDRBO's closed-form L(x) gradient runs in NumPy on views of CPU tensors only (on a GPU, in torch)",
     ("acquisition/drbo_mmd.py", "factor"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_mmd.py", "acquisition"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_mmd.py", "forward"): "DRBO-MMD's conic program is solved on the CPU",

@@ -428,6 +428,11 @@ def context_gradient_jacobian(
     return norm, xp.where(norm[:, None] > 0, jacobian, 0.0)
 
 
+def _cpu_views(tensors: tuple[Tensor, ...]) -> list[np.ndarray]:
+    """NumPy views of CPU tensors (no copy)."""
+    return list(map(Tensor.numpy, tensors))
+
+
 class _ContextGradientNorm(torch.autograd.Function):
     """`GaussianProcess.context_gradient_norm`: the forward pass forms the Jacobian, the backward
     pass scales it. On the CPU the arrays are small ([b, n]) and NumPy's cost per operation is a
@@ -437,7 +442,7 @@ class _ContextGradientNorm(torch.autograd.Function):
     def forward(ctx, x: Tensor, contexts: Tensor, model: "GaussianProcess", beta: float) -> Tensor:  # type: ignore[override]
         arrays = (x.detach(), contexts, model.train_x, model.lengthscale, model.inverse, model.weights)
         if x.device.type == "cpu":
-            norm, jacobian = map(torch.from_numpy, context_gradient_jacobian(np, *(a.numpy() for a in arrays), beta))
+            norm, jacobian = map(torch.from_numpy, context_gradient_jacobian(np, *_cpu_views(arrays), beta))
         else:
             norm, jacobian = context_gradient_jacobian(torch, *arrays, beta)
         ctx.save_for_backward(jacobian)
