@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from wdrbo_dist.analysis.statistics import mean_se  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
 
@@ -45,11 +46,6 @@ TARGETS = [
 MOST_TIMES_ERBO = 2.0  # no algorithm above this multiple of ERBO's Ackley run time
 
 
-def mean_and_se(values: list[float]) -> tuple[float, float]:
-    array = np.asarray(values, dtype=np.float64)
-    return float(array.mean()), float(array.std(ddof=1) / np.sqrt(array.size)) if array.size > 1 else 0.0
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS))
@@ -60,6 +56,8 @@ def main() -> None:
     parser.add_argument("--fidelity", default="paper")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args()
+    if args.seeds < 1:
+        parser.error(f"--seeds: must be a whole number >= 1, got {args.seeds}")
     options = dict(parse_option(o) for o in args.option)
     torch.set_num_threads(1)
 
@@ -98,8 +96,8 @@ def main() -> None:
     if args.seeds > 1:
         print(f"mean +- SE over {args.seeds} seeds (s per run):")
         for (problem, algorithm), walls in seconds.items():
-            mean, se = mean_and_se(walls)
-            print(f"  {problem:<16} {algorithm:<18} {mean:8.2f} +- {se:.2f}")
+            summary = mean_se(walls)
+            print(f"  {problem:<16} {algorithm:<18} {summary.mean:8.2f} +- {summary.se:.2f}")
         print()
     mean_seconds = {key: float(np.mean(walls)) for key, walls in seconds.items()}
     for description, numerator, denominator, bound in TARGETS:

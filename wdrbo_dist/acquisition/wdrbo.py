@@ -147,7 +147,7 @@ class WDRBO(Algorithm):
             points,
             beta=float(self.options["beta"]),
             detach_lipschitz=bool(self.options.get("wdrbo_L_detached", True)),  # ERBO: no L term
-            analytic_gradient=self.options.get("wdrbo_L_gradient", "analytic") == "analytic",
+            analytic_gradient=self.options.get("wdrbo_L_gradient") != "autograd",  # ERBO: no L term
         )
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TypeVar
-from dataclasses import dataclass
 
 import numpy as np
 import torch
