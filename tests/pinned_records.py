@@ -25,6 +25,10 @@ FAST = {"raw_samples": 64, "num_restarts": 2}
 # context vectors have full rank and every algorithm keeps the pairs.
 LONGER_EVALUATIONS = 25
 LONGER = ("wdrbo", "sbo-kde", "drbo-kde", "stableopt")
+# Runs on two context dimensions that reach FORMS_MIN_POINTS, where the paper profile's Adam
+# steps take the GP's quadratic forms (option context_forms) for fixed and for fresh contexts.
+FORMS_PROBLEM, FORMS_EVALUATIONS = "modified-branin", 50
+FORMS = ("sbo-kde", "drbo-kde")
 
 
 def pinned_runs() -> pd.DataFrame:
@@ -40,15 +44,17 @@ def pinned_runs() -> pd.DataFrame:
     torch.set_num_threads(1)
     frames = []
     try:
-        cases = [(fidelity, algorithm, EVALUATIONS) for fidelity in FIDELITIES for algorithm in ALGORITHMS]
-        cases += [("paper", algorithm, LONGER_EVALUATIONS) for algorithm in LONGER]
-        for fidelity, algorithm, evaluations in cases:
-            spec = RunSpec(algorithm=algorithm, problem=PROBLEM, seed=SEED, evaluations=evaluations,
+        cases = [(fidelity, algorithm, EVALUATIONS, PROBLEM) for fidelity in FIDELITIES for algorithm in ALGORITHMS]
+        cases += [("paper", algorithm, LONGER_EVALUATIONS, PROBLEM) for algorithm in LONGER]
+        cases += [("paper", algorithm, FORMS_EVALUATIONS, FORMS_PROBLEM) for algorithm in FORMS]
+        for fidelity, algorithm, evaluations, problem in cases:
+            spec = RunSpec(algorithm=algorithm, problem=problem, seed=SEED, evaluations=evaluations,
                            init_size=INIT_SIZE, fidelity=fidelity, options=tuple(sorted(FAST.items())))
             result = run_one(spec)
             assert result.ok, result.error
             records = deterministic_part(result.records)
-            frames.append(records.assign(algorithm=algorithm, fidelity=fidelity, evaluations=evaluations))
+            frames.append(records.assign(algorithm=algorithm, fidelity=fidelity, evaluations=evaluations,
+                                         problem=problem))
     finally:
         torch.set_num_threads(before)
     return pd.concat(frames, ignore_index=True)

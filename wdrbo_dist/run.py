@@ -275,7 +275,8 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
         inputs = torch.cat([state.x, state.context], dim=-1) if algorithm.uses_context else state.x
         t = time.perf_counter()
         model, fit = fit_gp(inputs.to(device), state.y.to(device), gens["algorithm"],
-                            context_basis=bool(algorithm.options["context_basis"]))
+                            context_basis=bool(algorithm.options["context_basis"]),
+                            context_forms=bool(algorithm.options["context_forms"]))
         time_fit = time.perf_counter() - t
         t = time.perf_counter()
         acquisition = algorithm.acquisition(model, state, gens["algorithm"])

@@ -306,3 +306,59 @@ def test_fresh_contexts_on_the_region_basis_give_the_direct_values_and_gradients
         errors[model.context_basis] = (float((ucb - exact).abs().max()), float((dx - exact_dx).abs().max()))
     assert max(errors[True]) < 1e-8, errors
     assert errors[True][0] <= max(2 * errors[False][0], 1e-12), errors
+
+
+def _with_forms(model: GaussianProcess, forms: bool) -> GaussianProcess:
+    return GaussianProcess(model.train_x, model.train_y, model.lengthscale, model.noise, model.mean_constant,
+                           context_forms=forms)
+
+
+def test_quadratic_forms_have_the_batched_products_values_and_a_closed_form_gradient() -> None:
+    """`quadratic_forms` with `context_forms`: the values of the batched product [b, n, n] and
+    the x-gradient autograd takes through it, to rounding; torch's gradcheck agrees."""
+    x, y = _data(30, 4, seed=30)
+    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    g = torch.Generator().manual_seed(31)
+    k_x = torch.rand(7, 30, generator=g, dtype=torch.float64)
+    k_c = torch.rand(50, 30, generator=g, dtype=torch.float64)
+    weights = torch.randn(7, 50, generator=g, dtype=torch.float64)
+    results = {}
+    for forms in (False, True):
+        kx = k_x.clone().requires_grad_(True)
+        q = _with_forms(model, forms).quadratic_forms(kx, k_c)
+        (d_kx,) = torch.autograd.grad((q * weights).sum(), kx)
+        results[forms] = (q.detach(), d_kx)
+    for closed, autograd in zip(results[True], results[False]):
+        assert torch.allclose(closed, autograd, rtol=1e-12, atol=1e-12)
+    forms_model = _with_forms(model, True)
+    small = k_x[:3, :].clone().requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda kx: forms_model.quadratic_forms(kx, k_c[:5]), (small,))
+    with pytest.raises(ValueError, match="k_x only"):
+        forms_model.quadratic_forms(small, k_c[:5].clone().requires_grad_(True))
+
+
+@pytest.mark.parametrize("candidates", [10, 300])
+def test_the_forms_route_gives_the_pairs_values_and_gradients_from_min_points_on(candidates: int) -> None:
+    """With `context_forms`, `ucb_from_features` takes the quadratic forms for a few candidates
+    (an Adam step) once the data have FORMS_MIN_POINTS points, and the pairs otherwise (the
+    screening pass): the same UCB and x-gradient as the pairs route, to rounding."""
+    from wdrbo_dist.models.gp import FORMS_MAX_BATCH, FORMS_MIN_POINTS
+
+    g = torch.Generator().manual_seed(33)
+    contexts = torch.rand(120, 2, generator=g, dtype=torch.float64)
+    cand = torch.rand(candidates, 2, generator=g, dtype=torch.float64)
+    for n in (FORMS_MIN_POINTS - 1, FORMS_MIN_POINTS + 12):
+        x, y = _data(n, 4, seed=32)
+        pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+        forms_model = _with_forms(pairs_model, True)
+        results = {}
+        for model in (pairs_model, forms_model):
+            features = model.context_features(contexts)
+            c = cand.clone().requires_grad_(True)
+            ucb, _ = model.ucb_from_features(c, features, 1.5)
+            (dx,) = torch.autograd.grad(ucb.sum(), c)
+            results[model.context_forms] = (ucb.detach(), dx)
+            taken = model._forms_route(candidates, features)
+            assert taken == (model.context_forms and candidates <= FORMS_MAX_BATCH and n >= FORMS_MIN_POINTS)
+        for forms, pairs in zip(results[True], results[False]):
+            assert torch.allclose(forms, pairs, rtol=1e-10, atol=1e-10)

@@ -77,6 +77,13 @@ COMMON_OPTIONS: dict[str, Option] = {
     # and, for contexts drawn afresh, an [n, n] form per candidate (the records of 0.5.0).
     # benchmarks/context_basis.py compares the two over seeds.
     "context_basis": Option.same(True),
+    # Where the basis route is not taken (two context dimensions, or early steps), a call with a
+    # few candidates (Adam's restarts) computes the variance at every pair as a quadratic form
+    # [n, n] per candidate with a closed-form gradient (models/gp.py, `quadratic_forms`), not
+    # the n(n+1)/2 pair products and autograd (the default of the paper profile since version
+    # 0.8.0: the same values to rounding, faster at n >= 48). The reference profile keeps
+    # 0.7.0's records. benchmarks/context_forms.py compares the two over seeds.
+    "context_forms": Option(True, False),
 }
 
 

@@ -42,6 +42,11 @@ REGION_SPACING = 0.125
 REGION_GRID_MAX = 4096
 REGION_RESIDUAL_MAX = 1e-11
 REGION_CHUNK = 16  # candidates per block in `ucb_in_region` (a [c, N, r] block)
+# `context_forms`: the candidate-side quadratic forms replace the pair products for calls of at
+# most FORMS_MAX_BATCH candidates (Adam's restarts, not the screening pass) once the data have
+# FORMS_MIN_POINTS points (the crossover measured by benchmarks/context_forms.py --step)
+FORMS_MAX_BATCH = 16
+FORMS_MIN_POINTS = 48
 
 
 def lengthscale_prior(dim: int) -> tuple[float, float]:
@@ -99,9 +104,11 @@ class GaussianProcess:
         y_mean: float = 0.0,
         y_std: float = 1.0,
         context_basis: bool = False,
+        context_forms: bool = False,
     ) -> None:
         self.train_x = train_x
         self.context_basis = context_basis  # the route of `context_features` (see `ucb_pairs`)
+        self.context_forms = context_forms  # the route of `ucb_from_features` for few candidates
         self._basis_triangles: dict[int, tuple[Tensor, Tensor, Tensor, Tensor]] = {}
         self.train_y = train_y_std
         self.lengthscale = lengthscale.to(train_x)
@@ -294,6 +301,11 @@ class GaussianProcess:
         dim_x = x.shape[-1]
         train_x, ls_x = self.train_x[:, :dim_x], self.lengthscale[:dim_x]
         n_ctx = features.n_contexts
+        if self._forms_route(x.shape[0], features):
+            k_x = rbf(x, train_x, ls_x)  # [b, n]
+            quad = self.quadratic_forms(k_x, features.mean.T)
+            sigma = (1.0 - quad).clamp_min(VARIANCE_FLOOR).sqrt()
+            return self.mean_constant + (k_x * self._alpha) @ features.mean + beta * sigma, None
         split = detach_gradient and features.n_gradient > 0 and torch.is_grad_enabled()
         quads, means = [], []
         for chunk in x.split(PAIR_CHUNK if features.basis is None else BASIS_CHUNK):
@@ -326,6 +338,27 @@ class GaussianProcess:
         d_mean = mean[:, n_ctx + m :].reshape(-1, d_c, m)
         grad = d_mean + beta * d_var / (2.0 * sigma_g.unsqueeze(1))
         return ucb, grad.transpose(1, 2)
+
+    def _forms_route(self, candidates: int, features: "ContextFeatures") -> bool:
+        """Whether `ucb_from_features` takes `quadratic_forms` rather than the pair products:
+        for a few candidates (their [b, n(n+1)/2] x [n(n+1)/2, N] product runs at a fraction of
+        the BLAS's speed and streams the whole pair matrix) on data large enough for it to pay."""
+        return (
+            self.context_forms and features.basis is None and features.n_gradient == 0
+            and candidates <= FORMS_MAX_BATCH and self.n >= FORMS_MIN_POINTS
+        )
+
+    def quadratic_forms(self, k_x: Tensor, k_c: Tensor) -> Tensor:
+        """q [b, N] = k^T K^{-1} k for k = kx_b * kc_N, every candidate b (k_x [b, n]) and context
+        N (k_c [N, n], constant), as kc_N^T A_b kc_N with A_b = diag(kx_b) K^{-1} diag(kx_b).
+
+        Where an x-gradient will be taken and `context_forms` is on, `_QuadraticForms` gives it
+        in closed form from what its forward pass keeps; otherwise one batched product, with
+        autograd through it where needed (0.7.0's values and gradients)."""
+        if self.context_forms and k_x.requires_grad and torch.is_grad_enabled():
+            return _QuadraticForms.apply(k_x, k_c, self._k_inv)
+        a = k_x.unsqueeze(-1) * self._k_inv * k_x.unsqueeze(-2)  # [b, n, n]
+        return ((k_c @ a) * k_c).sum(-1)
 
     def _basis_forms(self, k_x: Tensor, basis: Tensor) -> Tensor:
         """The candidate side on the basis route: B_b = (kx_b * V)^T K^{-1} (kx_b * V) [c, r, r]."""
@@ -426,6 +459,32 @@ def context_gradient_jacobian(
     d_gradient = dk_c.swapaxes(1, 2) @ inner + (beta / sigma**2)[..., None] * numerator[..., None] * d_sigma[:, None, :]
     jacobian = xp.einsum("bd,bde->be", gradient, d_gradient) / xp.clip(norm, min=1e-300)[:, None]
     return norm, xp.where(norm[:, None] > 0, jacobian, 0.0)
+
+
+class _QuadraticForms(torch.autograd.Function):
+    """`GaussianProcess.quadratic_forms` with its gradient in k_x in closed form.
+
+    The forward pass forms s_Nb = K^{-1} (kx_b * kc_N) for every pair in one product
+    kc [N, n] x [diag(kx_1) K^{-1}, ..., diag(kx_b) K^{-1}] [n, b n] (K^{-1} symmetric), and
+    q_bN = sum_j kx_bj kc_Nj s_Nbj. Since dq_bN/dkx_bj = 2 kc_Nj s_Nbj, the backward pass is one
+    reduction over the contexts of the array the forward pass keeps, where autograd through
+    the product would take a second product of the same size. The context side is constant.
+    """
+
+    @staticmethod
+    def forward(ctx, k_x: Tensor, k_c: Tensor, k_inv: Tensor) -> Tensor:  # type: ignore[override]
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            raise ValueError("quadratic_forms differentiates in the candidates' k_x only")
+        b, n = k_x.shape
+        scaled_inverse = (k_x.unsqueeze(-1) * k_inv).transpose(0, 1).reshape(n, b * n)  # [n, b n]
+        weighted = (k_c @ scaled_inverse).view(-1, b, n) * k_c.unsqueeze(1)  # [N, b, n]: kc_Nj s_Nbj
+        ctx.save_for_backward(weighted)
+        return (weighted * k_x).sum(-1).T
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        (weighted,) = ctx.saved_tensors
+        return 2.0 * torch.einsum("bN,Nbj->bj", grad, weighted), None, None
 
 
 def _cpu_views(tensors: tuple[Tensor, ...]) -> list[np.ndarray]:
@@ -529,10 +588,12 @@ class _MapObjective:
 
 
 def fit_gp(
-    train_x: Tensor, train_y: Tensor, generator: torch.Generator, context_basis: bool = False
+    train_x: Tensor, train_y: Tensor, generator: torch.Generator, context_basis: bool = False,
+    context_forms: bool = False,
 ) -> tuple[GaussianProcess, FitReport]:
-    """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes (`context_basis`:
-    the route the fitted model takes for fixed context sets, see `GaussianProcess.ucb_pairs`).
+    """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes (`context_basis`,
+    `context_forms`: the routes the fitted model takes for context sets, see
+    `GaussianProcess.ucb_pairs` and `quadratic_forms`).
 
     An attempt whose L-BFGS-B fails (other than at its iteration limit, as in BoTorch) or meets
     a non-finite value is retried from hyperparameters drawn from the priors with `generator`,
@@ -579,5 +640,6 @@ def fit_gp(
         y_mean=y_mean,
         y_std=y_scale,
         context_basis=context_basis,
+        context_forms=context_forms,
     )
     return model, FitReport(attempts=attempts, converged=converged, neg_log_posterior=best[0])
