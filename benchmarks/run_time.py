@@ -30,6 +30,10 @@ default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from wdrbo_dist.allocator import keep_freed_memory  # noqa: E402
+
+keep_freed_memory()  # as every worker does (backends/task.py, `execute`)
+
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
 from wdrbo_dist.analysis.statistics import mean_se  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import traceback
 from dataclasses import dataclass
 
+from wdrbo_dist.allocator import keep_freed_memory
 from wdrbo_dist.run import RunResult, RunSpec
 from wdrbo_dist.threads import THREAD_VARIABLES
 from wdrbo_dist.tracking import WorkerTracking
@@ -69,6 +70,7 @@ def execute(task: Task) -> Outcome:
     from wdrbo_dist.run import run_one
 
     set_threads(task.threads)
+    keep_freed_memory()
     result = run_one(task.spec, progress=False, capture_errors=True)
     outcome = Outcome(task=task, result=result)
     if task.tracking is not None:

@@ -296,7 +296,8 @@ class GaussianProcess:
 
         With `detach_gradient` the context gradients are computed outside autograd (WDRBO's
         detached L(x)): the backward pass then multiplies only the value columns, not the
-        2-3x more gradient columns.
+        2-3x more gradient columns. With `context_forms`, a call of a few candidates on the
+        pairs route (an Adam step on FORMS_MIN_POINTS or more points) takes `quadratic_forms`.
         """
         dim_x = x.shape[-1]
         train_x, ls_x = self.train_x[:, :dim_x], self.lengthscale[:dim_x]
