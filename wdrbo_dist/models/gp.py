@@ -219,20 +219,19 @@ class GaussianProcess:
                 if n * n * r + n * r * r + r * (r + 1) // 2 * columns < n * (n + 1) // 2 * columns:
                     basis = candidate_basis
                     vectors = list(coefficients.split([v.shape[0] for v in vectors]))
-        if basis is None:
-            rows, cols, _ = self._upper_triangle()
-        else:
-            rows, cols, _, _ = self._basis_triangle(basis.shape[1])
-        k_c = vectors[0]
-        q_blocks = [k_c[:, rows] * k_c[:, cols]]
+        sizes = [v.shape[0] for v in vectors]
+        size = vectors[0].shape[1]
+        quad = vectors[0].new_empty(sum(sizes), size * (size + 1) // 2)  # one row per vector
+        blocks = quad.split(sizes)
+        _triangle_products(vectors[0], vectors[0], blocks[0])
         if m:
             k_g = vectors[1]
-            q_blocks.append(k_g[:, rows] * k_g[:, cols])
-            for dk in vectors[2:]:
-                q_blocks.append(dk[:, rows] * k_g[:, cols] + k_g[:, rows] * dk[:, cols])
+            _triangle_products(k_g, k_g, blocks[1])
+            for dk, block in zip(vectors[2:], blocks[2:]):  # d(kc_i kc_j) = dk_i kc_j + kc_i dk_j
+                _triangle_products(dk, k_g, block)
+                _triangle_products(k_g, dk, block, accumulate=True)
         return ContextFeatures(
-            quad=torch.cat(q_blocks, 0).T, mean=mean, n_contexts=contexts.shape[0],
-            n_gradient=m, dim_c=dim_c, basis=basis,
+            quad=quad.T, mean=mean, n_contexts=contexts.shape[0], n_gradient=m, dim_c=dim_c, basis=basis,
         )
 
     def region_basis(self, box: Tensor) -> Tensor | None:
@@ -486,6 +485,21 @@ class _QuadraticForms(torch.autograd.Function):
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
         (weighted,) = ctx.saved_tensors
         return 2.0 * torch.einsum("bN,Nbj->bj", grad, weighted), None, None
+
+
+def _triangle_products(left: Tensor, right: Tensor, out: Tensor, accumulate: bool = False) -> None:
+    """out[:, k] = left[:, i] * right[:, j] (or += with `accumulate`) for the k-th pair i <= j of
+    the columns in `torch.triu_indices` order: a row i of the triangle at a time, written in
+    place. The same products as gathering the pairs' columns, without the [rows, p(p+1)/2]
+    gathered copies (`benchmarks/profile_run.py`, column "build")."""
+    size, start = left.shape[1], 0
+    for i in range(size):
+        segment = out[:, start : start + size - i]
+        if accumulate:
+            segment.add_(left[:, i : i + 1] * right[:, i:])
+        else:
+            torch.mul(left[:, i : i + 1], right[:, i:], out=segment)
+        start += size - i
 
 
 def _cpu_views(tensors: tuple[Tensor, ...]) -> list[np.ndarray]:
