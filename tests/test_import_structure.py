@@ -19,7 +19,7 @@ PACKAGE = Path(wdrbo_dist.__file__).parent
 
 LAYERS: list[set[str]] = [
     {"portable"},  # the package's __init__ sets its environment before anything else loads
-    {"__init__", "threads", "records", "data"},
+    {"__init__", "threads", "allocator", "records", "data"},
     {"models", "problems"},
     {"acquisition"},
     {"algorithms"},
