@@ -51,6 +51,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=100)
     parser.add_argument("--evaluations", type=int, default=100)
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats: must be a whole number >= 1, got {args.repeats}")
     print(f"{'problem':<18} {'algorithm':<17} {'default s':>9} {'kept s':>7} {'kept/default':>12} "
           f"{'faults default':>14} {'faults kept':>11}  records")
     for problem in args.problems:

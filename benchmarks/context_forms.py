@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from paired_variants import compare
+from paired_variants import compare, count
 
 ROUTES: dict[str, dict[str, object]] = {"pairs": {"context_forms": False}, "forms": {"context_forms": True}}
 AFFECTED = ["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd", "drbo-mmd-minimax", "stableopt"]
@@ -41,8 +41,8 @@ def step_times(sizes: list[int], contexts: list[int], candidates: int = 10, repe
         train = torch.rand(n, 4, generator=generator, dtype=torch.float64)
         y = torch.randn(n, generator=generator, dtype=torch.float64)
         lengthscale = torch.full((4,), 0.3, dtype=torch.float64)
-        for count in contexts:
-            c = torch.rand(count, 2, generator=generator, dtype=torch.float64)
+        for n_contexts in contexts:
+            c = torch.rand(n_contexts, 2, generator=generator, dtype=torch.float64)
             x0 = torch.rand(candidates, 2, generator=generator, dtype=torch.float64)
             times = []
             for forms in (False, True):
@@ -59,7 +59,7 @@ def step_times(sizes: list[int], contexts: list[int], candidates: int = 10, repe
                 for _ in range(repeats):
                     call()
                 times.append((time.perf_counter() - start) / repeats * 1e3)
-            print(f"{n:>4} {count:>5} {times[0]:>8.2f} {times[1]:>8.2f} {times[1] / times[0]:>12.2f}")
+            print(f"{n:>4} {n_contexts:>5} {times[0]:>8.2f} {times[1]:>8.2f} {times[1] / times[0]:>12.2f}")
 
 
 def main() -> None:
@@ -67,9 +67,9 @@ def main() -> None:
     parser.add_argument("--step", action="store_true", help="time one call per route over a grid of n and N")
     parser.add_argument("--algorithms", nargs="+", default=AFFECTED)
     parser.add_argument("--problems", nargs="+", default=["modified-branin"])
-    parser.add_argument("--seeds", type=int, default=6, help="seeds 100, 101, ...")
+    parser.add_argument("--seeds", type=count, default=6, help="seeds 100, 101, ...")
     parser.add_argument("--evaluations", type=int, default=100)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=count, default=2)
     args = parser.parse_args()
     if args.step:
         step_times([30, 40, 48, 60, 80, 99], [100, 512, 1024, 2048])

@@ -15,6 +15,7 @@ Used by `mmd_routes.py` (DRBO-MMD's inner solvers) and `context_basis.py` (the G
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -35,6 +36,17 @@ Cell = tuple[str, str, str]  # (algorithm, problem, variant)
 def mean_and_se(values: list[float]) -> str:
     summary = mean_se(values)
     return significant_digits_format(summary.mean, summary.se)
+
+
+def count(text: str) -> int:
+    """An argparse type for --seeds and --workers: a whole number >= 1 (else one line, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return value
 
 
 def compare(

@@ -109,7 +109,7 @@ class GaussianProcess:
         self.train_x = train_x
         self.context_basis = context_basis  # the route of `context_features` (see `ucb_pairs`)
         self.context_forms = context_forms  # the route of `ucb_from_features` for few candidates
-        self._basis_triangles: dict[int, tuple[Tensor, Tensor, Tensor, Tensor]] = {}
+        self._basis_triangles: dict[int, tuple[Tensor, Tensor]] = {}
         self.train_y = train_y_std
         self.lengthscale = lengthscale.to(train_x)
         self.noise = float(noise)
@@ -372,16 +372,16 @@ class GaussianProcess:
         """`_basis_forms` on the pairs k <= l, weighted as `_upper_triangle` weights K^{-1}
         ([c, r(r+1)/2])."""
         c, r = k_x.shape[0], basis.shape[1]
-        _, _, flat, weights = self._basis_triangle(r)
+        flat, weights = self._basis_triangle(r)
         return self._basis_forms(k_x, basis).reshape(c, r * r).index_select(1, flat) * weights
 
-    def _basis_triangle(self, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Rows, columns, flat indices and weights (1 on the diagonal, 2 above) of the pairs
-        k <= l of a [size, size] form (cached: asked for at every Adam step)."""
+    def _basis_triangle(self, size: int) -> tuple[Tensor, Tensor]:
+        """Flat indices and weights (1 on the diagonal, 2 above) of the pairs k <= l of a
+        [size, size] form (cached: asked for at every Adam step)."""
         if size not in self._basis_triangles:
             rows, cols = torch.triu_indices(size, size, device=self.train_x.device)
             weights = torch.where(rows == cols, 1.0, 2.0).to(self._k_inv)
-            self._basis_triangles[size] = (rows, cols, rows * size + cols, weights)
+            self._basis_triangles[size] = (rows * size + cols, weights)
         return self._basis_triangles[size]
 
     def _upper_triangle(self) -> tuple[Tensor, Tensor, Tensor]:
