@@ -26,9 +26,10 @@ FAST = {"raw_samples": 64, "num_restarts": 2}
 LONGER_EVALUATIONS = 25
 LONGER = ("wdrbo", "sbo-kde", "drbo-kde", "stableopt")
 # Runs on two context dimensions that reach FORMS_MIN_POINTS, where the paper profile's Adam
-# steps take the GP's quadratic forms (option context_forms) for fixed and for fresh contexts.
+# steps take the GP's quadratic forms (option context_forms) for fixed and for fresh contexts,
+# and for WDRBO's context gradients (since 0.9.0).
 FORMS_PROBLEM, FORMS_EVALUATIONS = "modified-branin", 50
-FORMS = ("sbo-kde", "drbo-kde")
+FORMS = ("sbo-kde", "drbo-kde", "wdrbo")
 
 
 def pinned_runs() -> pd.DataFrame:

@@ -362,3 +362,40 @@ def test_the_forms_route_gives_the_pairs_values_and_gradients_from_min_points_on
             assert taken == (model.context_forms and candidates <= FORMS_MAX_BATCH and n >= FORMS_MIN_POINTS)
         for forms, pairs in zip(results[True], results[False]):
             assert torch.allclose(forms, pairs, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("dim_c", [1, 2])
+def test_the_forms_route_carries_context_gradients_taken_outside_autograd(dim_c: int) -> None:
+    """WDRBO's Adam step (context gradients detached, a few candidates, n >= FORMS_MIN_POINTS)
+    takes the quadratic forms with its gradient columns too: the UCB, the x-gradient of the
+    values and the context gradients of the pairs route, to rounding, each no further from a
+    Cholesky solve per pair than the pairs'. Where an x-gradient is to be taken through the
+    context gradients, the pairs route is kept."""
+    from wdrbo_dist.models.gp import FORMS_MIN_POINTS
+
+    x, y = _data(FORMS_MIN_POINTS + 12, 2 + dim_c, seed=34)
+    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    forms_model = _with_forms(pairs_model, True)
+    g = torch.Generator().manual_seed(35)
+    contexts = torch.rand(40, dim_c, generator=g, dtype=torch.float64)
+    points = torch.rand(30, dim_c, generator=g, dtype=torch.float64)
+    cand = torch.rand(10, 2, generator=g, dtype=torch.float64)
+    grad_pairs = torch.cat([cand.unsqueeze(1).expand(-1, 30, -1), points.expand(10, -1, -1)], -1)
+    _, direct_grad = pairs_model.ucb_and_gradient(grad_pairs, 1.5, slice(2, None))
+    results, errors = {}, {}
+    for model in (pairs_model, forms_model):
+        features = model.context_features(contexts, points)
+        assert model._forms_route(10, features, gradient_outside_autograd=True) == model.context_forms
+        assert not model._forms_route(10, features, gradient_outside_autograd=False)
+        c = cand.clone().requires_grad_(True)
+        ucb, grad = model.ucb_from_features(c, features, 1.5, detach_gradient=True)
+        (dx,) = torch.autograd.grad(ucb.sum(), c)
+        with torch.no_grad():
+            ucb_no_grad, grad_no_grad = model.ucb_from_features(cand, features, 1.5)
+        assert torch.allclose(grad_no_grad, grad, rtol=1e-9, atol=1e-9)
+        assert torch.allclose(ucb_no_grad, ucb.detach(), rtol=1e-9, atol=1e-9)
+        results[model.context_forms] = (ucb.detach(), grad, dx)
+        errors[model.context_forms] = float((grad - direct_grad).abs().max())
+    for forms, pairs in zip(results[True], results[False]):
+        assert torch.allclose(forms, pairs, rtol=1e-9, atol=1e-9)
+    assert errors[True] <= max(2 * errors[False], 1e-12), errors

@@ -81,8 +81,9 @@ COMMON_OPTIONS: dict[str, Option] = {
     # few candidates (Adam's restarts) computes the variance at every pair as a quadratic form
     # [n, n] per candidate with a closed-form gradient (models/gp.py, `quadratic_forms`), not
     # the n(n+1)/2 pair products and autograd (the default of the paper profile since version
-    # 0.8.0: the same values to rounding, faster at n >= 48). The reference profile keeps
-    # 0.7.0's records. benchmarks/context_forms.py compares the two over seeds.
+    # 0.8.0: the same values to rounding, faster at n >= 48); since 0.9.0 WDRBO's context
+    # gradients at its Lipschitz points, taken outside autograd, go the same way. The reference
+    # profile keeps 0.7.0's records. benchmarks/context_forms.py compares the two over seeds.
     "context_forms": Option(True, False),
 }
 

@@ -296,17 +296,25 @@ class GaussianProcess:
         With `detach_gradient` the context gradients are computed outside autograd (WDRBO's
         detached L(x)): the backward pass then multiplies only the value columns, not the
         2-3x more gradient columns. With `context_forms`, a call of a few candidates on the
-        pairs route (an Adam step on FORMS_MIN_POINTS or more points) takes `quadratic_forms`.
+        pairs route (an Adam step on FORMS_MIN_POINTS or more points) takes `quadratic_forms`,
+        and its context gradients, if outside autograd, `_context_gradients_by_forms`.
         """
         dim_x = x.shape[-1]
         train_x, ls_x = self.train_x[:, :dim_x], self.lengthscale[:dim_x]
         n_ctx = features.n_contexts
-        if self._forms_route(x.shape[0], features):
-            k_x = rbf(x, train_x, ls_x)  # [b, n]
-            quad = self.quadratic_forms(k_x, features.mean.T)
-            sigma = (1.0 - quad).clamp_min(VARIANCE_FLOOR).sqrt()
-            return self.mean_constant + (k_x * self._alpha) @ features.mean + beta * sigma, None
         split = detach_gradient and features.n_gradient > 0 and torch.is_grad_enabled()
+        if self._forms_route(x.shape[0], features, gradient_outside_autograd=split or not torch.is_grad_enabled()):
+            k_x = rbf(x, train_x, ls_x)  # [b, n]
+            if features.n_gradient == 0:
+                quad = self.quadratic_forms(k_x, features.mean.T)
+                sigma = (1.0 - quad).clamp_min(VARIANCE_FLOOR).sqrt()
+                return self.mean_constant + (k_x * self._alpha) @ features.mean + beta * sigma, None
+            values = features.mean[:, :n_ctx]
+            quad = self.quadratic_forms(k_x, values.T)
+            sigma = (1.0 - quad).clamp_min(VARIANCE_FLOOR).sqrt()
+            ucb = self.mean_constant + (k_x * self._alpha) @ values + beta * sigma
+            with torch.no_grad():
+                return ucb, self._context_gradients_by_forms(k_x.detach(), features, beta)
         quads, means = [], []
         for chunk in x.split(PAIR_CHUNK if features.basis is None else BASIS_CHUNK):
             k_x = rbf(chunk, train_x, ls_x)  # [c, n]
@@ -339,14 +347,33 @@ class GaussianProcess:
         grad = d_mean + beta * d_var / (2.0 * sigma_g.unsqueeze(1))
         return ucb, grad.transpose(1, 2)
 
-    def _forms_route(self, candidates: int, features: "ContextFeatures") -> bool:
+    def _forms_route(self, candidates: int, features: "ContextFeatures", gradient_outside_autograd: bool = False) -> bool:
         """Whether `ucb_from_features` takes `quadratic_forms` rather than the pair products:
         for a few candidates (their [b, n(n+1)/2] x [n(n+1)/2, N] product runs at a fraction of
-        the BLAS's speed and streams the whole pair matrix) on data large enough for it to pay."""
+        the BLAS's speed and streams the whole pair matrix) on data large enough for it to pay.
+        Context gradients go along only where no x-gradient is taken through them (WDRBO's
+        pass over its Lipschitz points, since version 0.9.0)."""
         return (
-            self.context_forms and features.basis is None and features.n_gradient == 0
+            self.context_forms and features.basis is None
+            and (features.n_gradient == 0 or gradient_outside_autograd)
             and candidates <= FORMS_MAX_BATCH and self.n >= FORMS_MIN_POINTS
         )
+
+    def _context_gradients_by_forms(self, k_x: Tensor, features: "ContextFeatures", beta: float) -> Tensor:
+        """The context gradients [b, M, d_c] of `ucb_from_features` at the M gradient contexts, from
+        the quadratic forms: with t_bg = K^{-1} (kx_b * kc_g), the variance term is
+        sum_j kx_bj kc_gj t_bgj and its c-derivative 2 sum_j kx_bj dkc_gj t_bgj, so one product
+        [M, n] x [n, b n] gives both (no gradient in x)."""
+        b, n = k_x.shape
+        n_ctx, m, d_c = features.n_contexts, features.n_gradient, features.dim_c
+        vectors = features.mean.T  # [N + M + M d_c, n]: the contexts', the gradient points', their derivatives
+        k_g, d_k_g = vectors[n_ctx : n_ctx + m], vectors[n_ctx + m :].view(d_c, m, n)
+        scaled_inverse = (k_x.unsqueeze(-1) * self._k_inv).transpose(0, 1).reshape(n, b * n)  # [n, b n]
+        solved = (k_g @ scaled_inverse).view(m, b, n) * k_x  # [M, b, n]: kx_bj t_bgj
+        sigma = (1.0 - (solved * k_g.unsqueeze(1)).sum(-1).T).clamp_min(VARIANCE_FLOOR).sqrt()  # [b, M]
+        d_quad = 2.0 * torch.einsum("gbj,dgj->bgd", solved, d_k_g)  # [b, M, d_c]
+        d_mean = ((k_x * self._alpha) @ features.mean[:, n_ctx + m :]).view(b, d_c, m).transpose(1, 2)
+        return d_mean - beta * d_quad / (2.0 * sigma.unsqueeze(-1))
 
     def quadratic_forms(self, k_x: Tensor, k_c: Tensor) -> Tensor:
         """q [b, N] = k^T K^{-1} k for k = kx_b * kc_N, every candidate b (k_x [b, n]) and context
