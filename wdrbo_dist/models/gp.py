@@ -369,7 +369,7 @@ class GaussianProcess:
         vectors = features.mean.T  # [N + M + M d_c, n]: the contexts', the gradient points', their derivatives
         k_g, d_k_g = vectors[n_ctx : n_ctx + m], vectors[n_ctx + m :].view(d_c, m, n)
         scaled_inverse = (k_x.unsqueeze(-1) * self._k_inv).transpose(0, 1).reshape(n, b * n)  # [n, b n]
-        solved = (k_g @ scaled_inverse).view(m, b, n) * k_x  # [M, b, n]: kx_bj t_bgj
+        solved = (k_g @ scaled_inverse).view(m, b, n).mul_(k_x)  # [M, b, n]: kx_bj t_bgj
         sigma = (1.0 - (solved * k_g.unsqueeze(1)).sum(-1).T).clamp_min(VARIANCE_FLOOR).sqrt()  # [b, M]
         d_quad = 2.0 * torch.einsum("gbj,dgj->bgd", solved, d_k_g)  # [b, M, d_c]
         d_mean = ((k_x * self._alpha) @ features.mean[:, n_ctx + m :]).view(b, d_c, m).transpose(1, 2)
@@ -385,7 +385,7 @@ class GaussianProcess:
         if self.context_forms and k_x.requires_grad and torch.is_grad_enabled():
             return _QuadraticForms.apply(k_x, k_c, self._k_inv)
         a = k_x.unsqueeze(-1) * self._k_inv * k_x.unsqueeze(-2)  # [b, n, n]
-        return ((k_c @ a) * k_c).sum(-1)
+        return (k_c @ a).mul_(k_c).sum(-1)  # in place: the [b, N, n] product is written once
 
     def _basis_forms(self, k_x: Tensor, basis: Tensor) -> Tensor:
         """The candidate side on the basis route: B_b = (kx_b * V)^T K^{-1} (kx_b * V) [c, r, r]."""
@@ -504,7 +504,7 @@ class _QuadraticForms(torch.autograd.Function):
             raise ValueError("quadratic_forms differentiates in the candidates' k_x only")
         b, n = k_x.shape
         scaled_inverse = (k_x.unsqueeze(-1) * k_inv).transpose(0, 1).reshape(n, b * n)  # [n, b n]
-        weighted = (k_c @ scaled_inverse).view(-1, b, n) * k_c.unsqueeze(1)  # [N, b, n]: kc_Nj s_Nbj
+        weighted = (k_c @ scaled_inverse).view(-1, b, n).mul_(k_c.unsqueeze(1))  # [N, b, n]: kc_Nj s_Nbj
         ctx.save_for_backward(weighted)
         return (weighted * k_x).sum(-1).T
 
