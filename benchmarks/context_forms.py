@@ -6,11 +6,14 @@ At what speed?
 
 `--step` times one acquisition call of 10 candidates, forward and backward, on both routes
 for a grid of data sizes n and context counts N (random data, one thread): where the forms
-route pays, which sets FORMS_MIN_POINTS. Without it, whole runs on the same seeds, paired
+route pays, which sets FORMS_MIN_POINTS. `--step --wdrbo` times WDRBO's call instead: N = n
+observed contexts and 100 Lipschitz points whose context gradients are taken outside autograd
+(on the forms route since version 0.9.0). Without it, whole runs on the same seeds, paired
 (`paired_variants.py`): the routes agree to ~1e-15 relative, enough for one seed's
 trajectories to part after a few BO steps, so they are compared over seeds.
 
     .venv/bin/python benchmarks/context_forms.py --step
+    .venv/bin/python benchmarks/context_forms.py --step --wdrbo
     .venv/bin/python benchmarks/context_forms.py --problems modified-branin portfolio-uniform --seeds 6
 """
 
@@ -25,9 +28,13 @@ ROUTES: dict[str, dict[str, object]] = {"pairs": {"context_forms": False}, "form
 AFFECTED = ["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd", "drbo-mmd-minimax", "stableopt"]
 
 
-def step_times(sizes: list[int], contexts: list[int], candidates: int = 10, repeats: int = 20) -> None:
+def step_times(
+    sizes: list[int], contexts: list[int], candidates: int = 10, repeats: int = 20, gradient_points: int = 0
+) -> None:
     """ms per forward + backward call of `ucb_from_features` on each route, for data of n points
-    (d_x = 2, d_c = 2) and N contexts; the forms route's share of the pairs route's time."""
+    (d_x = 2, d_c = 2) and N contexts (N = 0: N = n), with context gradients at `gradient_points`
+    points taken outside autograd (WDRBO's detach_gradient); the forms route's share of the
+    pairs route's time."""
     import torch
 
     from wdrbo_dist.models import gp
@@ -35,23 +42,25 @@ def step_times(sizes: list[int], contexts: list[int], candidates: int = 10, repe
     gp.FORMS_MIN_POINTS = 0  # the forms route at every n, to find where it pays
     torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(0)
-    print(f"ms per call ({candidates} candidates, forward + backward), one thread")
+    print(f"ms per call ({candidates} candidates, forward + backward"
+          + (f", context gradients at {gradient_points} points" if gradient_points else "") + "), one thread")
     print(f"{'n':>4} {'N':>5} {'pairs':>8} {'forms':>8} {'forms/pairs':>12}")
     for n in sizes:
         train = torch.rand(n, 4, generator=generator, dtype=torch.float64)
         y = torch.randn(n, generator=generator, dtype=torch.float64)
         lengthscale = torch.full((4,), 0.3, dtype=torch.float64)
-        for n_contexts in contexts:
+        points = torch.rand(gradient_points, 2, generator=generator, dtype=torch.float64) if gradient_points else None
+        for n_contexts in [count or n for count in contexts]:
             c = torch.rand(n_contexts, 2, generator=generator, dtype=torch.float64)
             x0 = torch.rand(candidates, 2, generator=generator, dtype=torch.float64)
             times = []
             for forms in (False, True):
                 model = gp.GaussianProcess(train, y, lengthscale, 1e-3, 0.0, context_forms=forms)
-                features = model.context_features(c)
+                features = model.context_features(c, points)
 
                 def call() -> None:
                     x = x0.clone().requires_grad_()
-                    ucb, _ = model.ucb_from_features(x, features, 1.5)
+                    ucb, _ = model.ucb_from_features(x, features, 1.5, detach_gradient=points is not None)
                     torch.autograd.grad(ucb.sum(), x)
 
                 call()
@@ -65,12 +74,16 @@ def step_times(sizes: list[int], contexts: list[int], candidates: int = 10, repe
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--step", action="store_true", help="time one call per route over a grid of n and N")
+    parser.add_argument("--wdrbo", action="store_true", help="with --step: WDRBO's call (N = n, 100 Lipschitz points)")
     parser.add_argument("--algorithms", nargs="+", default=AFFECTED)
     parser.add_argument("--problems", nargs="+", default=["modified-branin"])
     parser.add_argument("--seeds", type=count, default=6, help="seeds 100, 101, ...")
     parser.add_argument("--evaluations", type=int, default=100)
     parser.add_argument("--workers", type=count, default=2)
     args = parser.parse_args()
+    if args.step and args.wdrbo:
+        step_times([30, 40, 48, 60, 80, 99], [0], gradient_points=100)
+        return
     if args.step:
         step_times([30, 40, 48, 60, 80, 99], [100, 512, 1024, 2048])
         return
