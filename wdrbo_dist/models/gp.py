@@ -305,14 +305,12 @@ class GaussianProcess:
         split = detach_gradient and features.n_gradient > 0 and torch.is_grad_enabled()
         if self._forms_route(x.shape[0], features, gradient_outside_autograd=split or not torch.is_grad_enabled()):
             k_x = rbf(x, train_x, ls_x)  # [b, n]
-            if features.n_gradient == 0:
-                quad = self.quadratic_forms(k_x, features.mean.T)
-                sigma = (1.0 - quad).clamp_min(VARIANCE_FLOOR).sqrt()
-                return self.mean_constant + (k_x * self._alpha) @ features.mean + beta * sigma, None
-            values = features.mean[:, :n_ctx]
+            values = features.mean[:, :n_ctx]  # the contexts' columns (all, without gradient points)
             quad = self.quadratic_forms(k_x, values.T)
             sigma = (1.0 - quad).clamp_min(VARIANCE_FLOOR).sqrt()
             ucb = self.mean_constant + (k_x * self._alpha) @ values + beta * sigma
+            if features.n_gradient == 0:
+                return ucb, None
             with torch.no_grad():
                 return ucb, self._context_gradients_by_forms(k_x.detach(), features, beta)
         quads, means = [], []
@@ -368,8 +366,7 @@ class GaussianProcess:
         n_ctx, m, d_c = features.n_contexts, features.n_gradient, features.dim_c
         vectors = features.mean.T  # [N + M + M d_c, n]: the contexts', the gradient points', their derivatives
         k_g, d_k_g = vectors[n_ctx : n_ctx + m], vectors[n_ctx + m :].view(d_c, m, n)
-        scaled_inverse = (k_x.unsqueeze(-1) * self._k_inv).transpose(0, 1).reshape(n, b * n)  # [n, b n]
-        solved = (k_g @ scaled_inverse).view(m, b, n).mul_(k_x)  # [M, b, n]: kx_bj t_bgj
+        solved = (k_g @ _scaled_inverses(k_x, self._k_inv)).view(m, b, n).mul_(k_x)  # [M, b, n]: kx_bj t_bgj
         sigma = (1.0 - (solved * k_g.unsqueeze(1)).sum(-1).T).clamp_min(VARIANCE_FLOOR).sqrt()  # [b, M]
         d_quad = 2.0 * torch.einsum("gbj,dgj->bgd", solved, d_k_g)  # [b, M, d_c]
         d_mean = ((k_x * self._alpha) @ features.mean[:, n_ctx + m :]).view(b, d_c, m).transpose(1, 2)
@@ -488,6 +485,13 @@ def context_gradient_jacobian(
     return norm, xp.where(norm[:, None] > 0, jacobian, 0.0)
 
 
+def _scaled_inverses(k_x: Tensor, k_inv: Tensor) -> Tensor:
+    """[diag(kx_1) K^{-1}, ..., diag(kx_b) K^{-1}] side by side [n, b n]: a context vector kc times
+    it gives (K^{-1} (kx_b * kc))^T for every candidate b (K^{-1} is symmetric) in one product."""
+    b, n = k_x.shape
+    return (k_x.unsqueeze(-1) * k_inv).transpose(0, 1).reshape(n, b * n)
+
+
 class _QuadraticForms(torch.autograd.Function):
     """`GaussianProcess.quadratic_forms` with its gradient in k_x in closed form.
 
@@ -503,8 +507,7 @@ class _QuadraticForms(torch.autograd.Function):
         if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
             raise ValueError("quadratic_forms differentiates in the candidates' k_x only")
         b, n = k_x.shape
-        scaled_inverse = (k_x.unsqueeze(-1) * k_inv).transpose(0, 1).reshape(n, b * n)  # [n, b n]
-        weighted = (k_c @ scaled_inverse).view(-1, b, n).mul_(k_c.unsqueeze(1))  # [N, b, n]: kc_Nj s_Nbj
+        weighted = (k_c @ _scaled_inverses(k_x, k_inv)).view(-1, b, n).mul_(k_c.unsqueeze(1))  # [N, b, n]: kc_Nj s_Nbj
         ctx.save_for_backward(weighted)
         return (weighted * k_x).sum(-1).T
 
