@@ -15,19 +15,15 @@ from __future__ import annotations
 
 import argparse
 
-from paired_variants import compare, count
+from paired_variants import add_run_arguments, compare
 
 ROUTES: dict[str, dict[str, object]] = {"pairs": {"context_basis": False}, "basis": {"context_basis": True}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algorithms", nargs="+", default=["erbo", "wdrbo", "sbo-kde"])
-    parser.add_argument("--problems", nargs="+", default=["ackley"])
-    parser.add_argument("--seeds", type=count, default=6, help="seeds 100, 101, ...")
-    parser.add_argument("--evaluations", type=int, default=100)
+    add_run_arguments(parser, problems=["ackley"], seeds=6, algorithms=["erbo", "wdrbo", "sbo-kde"])
     parser.add_argument("--fidelity", default="paper", choices=["paper", "reference"])
-    parser.add_argument("--workers", type=count, default=2)
     args = parser.parse_args()
     compare(args.algorithms, args.problems, ROUTES, args.seeds, args.evaluations, args.fidelity, args.workers)
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from paired_variants import compare, count
+from paired_variants import add_run_arguments, compare
 
 ROUTES: dict[str, dict[str, object]] = {"pairs": {"context_forms": False}, "forms": {"context_forms": True}}
 AFFECTED = ["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd", "drbo-mmd-minimax", "stableopt"]
@@ -75,12 +75,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--step", action="store_true", help="time one call per route over a grid of n and N")
     parser.add_argument("--wdrbo", action="store_true", help="with --step: WDRBO's call (N = n, 100 Lipschitz points)")
-    parser.add_argument("--algorithms", nargs="+", default=AFFECTED)
-    parser.add_argument("--problems", nargs="+", default=["modified-branin"])
-    parser.add_argument("--seeds", type=count, default=6, help="seeds 100, 101, ...")
-    parser.add_argument("--evaluations", type=int, default=100)
-    parser.add_argument("--workers", type=count, default=2)
+    add_run_arguments(parser, problems=["modified-branin"], seeds=6, algorithms=AFFECTED)
     args = parser.parse_args()
+    if args.wdrbo and not args.step:
+        parser.error("--wdrbo times WDRBO's call and goes with --step")
     if args.step and args.wdrbo:
         step_times([30, 40, 48, 60, 80, 99], [0], gradient_points=100)
         return

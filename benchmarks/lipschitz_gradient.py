@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from paired_variants import compare, count  # sets one thread per process before torch is imported
+from paired_variants import add_run_arguments, compare, count  # sets one thread per process before torch is imported
 
 ROUTES: dict[str, dict[str, object]] = {
     "autograd": {"wdrbo_L_gradient": "autograd"},
@@ -63,12 +63,9 @@ def step_times(n: int, repeats: int = 5, calls: int = 300) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--problems", nargs="+", default=["ackley", "newsvendor"])
-    parser.add_argument("--seeds", type=count, default=10, help="seeds 100, 101, ...")
-    parser.add_argument("--evaluations", type=int, default=100)
-    parser.add_argument("--workers", type=count, default=2)
+    add_run_arguments(parser, problems=["ackley", "newsvendor"], seeds=10)
     parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")
-    parser.add_argument("--n", type=int, default=99, help="--step: training points of the GP")
+    parser.add_argument("--n", type=count, default=99, help="--step: training points of the GP")
     args = parser.parse_args()
     if args.step:
         for label, ms in step_times(args.n).items():

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 
-from paired_variants import compare, count
+from paired_variants import add_run_arguments, compare
 
 ROUTES: dict[str, dict[str, object]] = {
     "working-set": {"mmd_solver": "CLARABEL", "mmd_equilibrate": False, "mmd_working_set": True},
@@ -33,12 +33,9 @@ ROUTES: dict[str, dict[str, object]] = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--problems", nargs="+", default=["ackley"])
+    add_run_arguments(parser, problems=["ackley"], seeds=6)
     parser.add_argument("--routes", nargs="+", default=list(ROUTES), choices=list(ROUTES))
-    parser.add_argument("--seeds", type=count, default=6, help="seeds 100, 101, ...")
-    parser.add_argument("--evaluations", type=int, default=100)
     parser.add_argument("--fidelity", default="paper", choices=["paper", "reference"])
-    parser.add_argument("--workers", type=count, default=2)
     args = parser.parse_args()
     compare(["drbo-mmd"], args.problems, {route: ROUTES[route] for route in args.routes}, args.seeds,
             args.evaluations, args.fidelity, args.workers)

@@ -49,6 +49,24 @@ def count(text: str) -> int:
     return value
 
 
+def add_run_arguments(
+    parser: argparse.ArgumentParser, problems: Sequence[str], seeds: int, algorithms: Sequence[str] | None = None
+) -> None:
+    """The arguments a paired comparison shares, with their defaults: --algorithms (where the
+    comparison offers a choice) and --problems checked against the registries, --seeds,
+    --evaluations and --workers whole numbers >= 1 (bad input: one line naming the allowed values,
+    exit 2, before any run)."""
+    from wdrbo_dist.algorithms import ALGORITHMS
+    from wdrbo_dist.problems import problem_names
+
+    if algorithms is not None:
+        parser.add_argument("--algorithms", nargs="+", default=list(algorithms), choices=list(ALGORITHMS))
+    parser.add_argument("--problems", nargs="+", default=list(problems), choices=problem_names())
+    parser.add_argument("--seeds", type=count, default=seeds, help="seeds 100, 101, ...")
+    parser.add_argument("--evaluations", type=count, default=100)
+    parser.add_argument("--workers", type=count, default=2)
+
+
 def compare(
     algorithms: Sequence[str],
     problems: Sequence[str],
