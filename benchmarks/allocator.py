@@ -16,6 +16,10 @@ import json
 import subprocess
 import sys
 
+from paired_variants import check_spec, count  # one thread in this process too, before torch
+
+from wdrbo_dist.run import RunSpec
+
 CHILD = """
 import hashlib, json, resource, sys, time
 from wdrbo_dist.threads import default_thread_environment
@@ -47,12 +51,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--algorithms", nargs="+", default=["erbo", "wdrbo", "stableopt", "drbo-mmd-minimax"])
     parser.add_argument("--problems", nargs="+", default=["ackley", "portfolio-uniform"])
-    parser.add_argument("--repeats", type=int, default=2, help="runs of each mode, alternating")
+    parser.add_argument("--repeats", type=count, default=2, help="runs of each mode, alternating")
     parser.add_argument("--seed", type=int, default=100)
     parser.add_argument("--evaluations", type=int, default=100)
     args = parser.parse_args()
-    if args.repeats < 1:
-        parser.error(f"--repeats: must be a whole number >= 1, got {args.repeats}")
+    for algorithm in args.algorithms:  # bad input: one line, exit 2, before any run
+        for problem in args.problems:
+            check_spec(RunSpec(algorithm=algorithm, problem=problem, seed=args.seed, evaluations=args.evaluations))
     print(f"{'problem':<18} {'algorithm':<17} {'default s':>9} {'kept s':>7} {'kept/default':>12} "
           f"{'faults default':>14} {'faults kept':>11}  records")
     for problem in args.problems:

@@ -29,10 +29,10 @@ AFFECTED = ["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd", "drbo-mmd-minima
 
 
 def step_times(
-    sizes: list[int], contexts: list[int], candidates: int = 10, repeats: int = 20, gradient_points: int = 0
+    sizes: list[int], contexts: list[int] | None, candidates: int = 10, repeats: int = 20, gradient_points: int = 0
 ) -> None:
     """ms per forward + backward call of `ucb_from_features` on each route, for data of n points
-    (d_x = 2, d_c = 2) and N contexts (N = 0: N = n), with context gradients at `gradient_points`
+    (d_x = 2, d_c = 2) and N contexts (`contexts` None: N = n, WDRBO's observed contexts), with context gradients at `gradient_points`
     points taken outside autograd (WDRBO's detach_gradient); the forms route's share of the
     pairs route's time."""
     import torch
@@ -50,7 +50,7 @@ def step_times(
         y = torch.randn(n, generator=generator, dtype=torch.float64)
         lengthscale = torch.full((4,), 0.3, dtype=torch.float64)
         points = torch.rand(gradient_points, 2, generator=generator, dtype=torch.float64) if gradient_points else None
-        for n_contexts in [count or n for count in contexts]:
+        for n_contexts in contexts or [n]:
             c = torch.rand(n_contexts, 2, generator=generator, dtype=torch.float64)
             x0 = torch.rand(candidates, 2, generator=generator, dtype=torch.float64)
             times = []
@@ -80,7 +80,7 @@ def main() -> None:
     if args.wdrbo and not args.step:
         parser.error("--wdrbo times WDRBO's call and goes with --step")
     if args.step and args.wdrbo:
-        step_times([30, 40, 48, 60, 80, 99], [0], gradient_points=100)
+        step_times([30, 40, 48, 60, 80, 99], None, gradient_points=100)
         return
     if args.step:
         step_times([30, 40, 48, 60, 80, 99], [100, 512, 1024, 2048])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 
@@ -27,7 +28,7 @@ default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch
 from wdrbo_dist.analysis.statistics import mean_se, paired_wilcoxon, significant_digits_format  # noqa: E402
 from wdrbo_dist.backends import map_tasks  # noqa: E402
 from wdrbo_dist.backends.task import Task  # noqa: E402
-from wdrbo_dist.run import RunSpec  # noqa: E402
+from wdrbo_dist.run import RunSpec, validate_spec  # noqa: E402
 from wdrbo_dist.study import expected_cost  # noqa: E402
 
 Cell = tuple[str, str, str]  # (algorithm, problem, variant)
@@ -67,6 +68,16 @@ def add_run_arguments(
     parser.add_argument("--workers", type=count, default=2)
 
 
+def check_spec(spec: RunSpec) -> None:
+    """The package's own check of a run (`validate_spec`), before any runs: a bad field is one
+    line naming it and its allowed values, exit 2."""
+    try:
+        validate_spec(spec)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 def compare(
     algorithms: Sequence[str],
     problems: Sequence[str],
@@ -84,6 +95,7 @@ def compare(
                 for seed in range(100, 100 + seeds):
                     spec = RunSpec.make(algorithm=algorithm, problem=problem, seed=seed, evaluations=evaluations,
                                         fidelity=fidelity, options=dict(options))
+                    check_spec(spec)
                     tasks.append(Task(spec=spec, expected_cost=expected_cost(spec)))
                     cell_of[spec.run_key] = (algorithm, problem, variant)
     tasks.sort(key=lambda t: -t.expected_cost)  # the runner's policy: longest first

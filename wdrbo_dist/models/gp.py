@@ -303,7 +303,7 @@ class GaussianProcess:
         train_x, ls_x = self.train_x[:, :dim_x], self.lengthscale[:dim_x]
         n_ctx = features.n_contexts
         split = detach_gradient and features.n_gradient > 0 and torch.is_grad_enabled()
-        if self._forms_route(x.shape[0], features, gradient_outside_autograd=split or not torch.is_grad_enabled()):
+        if self._forms_route(x.shape[0], features, gradient_outside_autograd=detach_gradient or not torch.is_grad_enabled()):
             k_x = rbf(x, train_x, ls_x)  # [b, n]
             values = features.mean[:, :n_ctx]  # the contexts' columns (all, without gradient points)
             quad = self.quadratic_forms(k_x, values.T)
