@@ -204,3 +204,15 @@ def test_scheduling_cost_follows_the_solve_the_options_choose() -> None:
         return expected_cost(RunSpec.make(algorithm="drbo-mmd", problem="ackley", seed=1, fidelity=fidelity, options=options))
 
     assert cost("paper") == cost("reference") < cost("paper", mmd_working_set=False) < cost("reference", mmd_solver="SCS")
+
+
+def test_thin_qr_is_numpys_qr_to_the_bit() -> None:
+    """The restricted programs' QR skips NumPy's wrapper but not its arithmetic: records stay the same."""
+    rng = np.random.default_rng(5)
+    shapes = [(rows, cols) for rows in (3, 10, 18, 35, 100) for cols in (1, 3, 6, 18, 34)]
+    for rows, cols in shapes:  # tall blocks take LAPACK directly, wide ones NumPy's route
+        block = rng.normal(size=(rows + 1, cols))[1:]  # a row slice, as the solver passes it
+        q, r = mmd_working_set.thin_qr(block)
+        q_numpy, r_numpy = np.linalg.qr(block)
+        assert q.shape == q_numpy.shape and r.shape == r_numpy.shape
+        assert np.array_equal(q, q_numpy) and np.array_equal(r, r_numpy), (rows, cols)

@@ -34,12 +34,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from scipy.linalg import lapack
 
 FEASIBILITY_TOLERANCE = 1e-8  # Clarabel's default tol_feas, the scale of the certificate
 WORKSPACE_SIZES = (4, 8, 16, 32)  # restricted programs are padded to the next size
 MAX_ROUNDS = 12
 ADDED_PER_ROUND = 3  # violators that join S per round (more makes every solve slower)
 SUPPORT_THRESHOLD = 1e-7  # p_j above this carries over to the next candidate's working set
+
+
+def thin_qr(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`numpy.linalg.qr(a)` for a tall a: the same LAPACK calls (dgeqrf, then dorgqr for Q),
+    without NumPy's wrapper, which costs as much as the factorisation on these 10-35 x 3-34 blocks.
+    Both run LAPACK's unblocked code below 128 columns, so Q and R are NumPy's to the bit
+    (tests/acquisition/test_mmd_working_set.py)."""
+    if a.shape[0] < a.shape[1]:
+        return np.linalg.qr(a)
+    factored, tau, _, info = lapack.dgeqrf(a)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dgeqrf failed (info {info})")
+    r = np.triu(factored[: a.shape[1]])
+    q, _, info = lapack.dorgqr(factored, tau)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"dorgqr failed (info {info})")
+    return q, r
 
 
 @dataclass(frozen=True)
@@ -214,7 +232,7 @@ class WorkingSetSolver:
             columns[:, :k] = program.a_cone[:, working]
             columns[:, k] = self._centre_column[zero:]
             columns[:, k + 1] = program.b_cone
-            q, r = np.linalg.qr(columns[1:])
+            q, r = thin_qr(columns[1:])
             eq = np.empty((zero, k + 1))
             eq[:, :k] = program.a_eq[:, working]
             eq[:, k] = self._centre_column[:zero]
