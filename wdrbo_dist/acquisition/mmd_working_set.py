@@ -29,6 +29,7 @@ the variable the previous dual prices lowest.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +42,12 @@ WORKSPACE_SIZES = (4, 8, 16, 32)  # restricted programs are padded to the next s
 MAX_ROUNDS = 12
 ADDED_PER_ROUND = 3  # violators that join S per round (more makes every solve slower)
 SUPPORT_THRESHOLD = 1e-7  # p_j above this carries over to the next candidate's working set
+_PADDED_SIZE = [next(size for size in WORKSPACE_SIZES if size >= count) for count in range(WORKSPACE_SIZES[-1] + 1)]
+
+
+@functools.lru_cache(maxsize=None)
+def _strictly_lower(size: int) -> np.ndarray:
+    return np.tri(size, k=-1, dtype=bool)
 
 
 def thin_qr(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,7 +60,8 @@ def thin_qr(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     factored, tau, _, info = lapack.dgeqrf(a)
     if info != 0:
         raise np.linalg.LinAlgError(f"dgeqrf failed (info {info})")
-    r = np.triu(factored[: a.shape[1]])
+    r = factored[: a.shape[1]].copy()
+    r[_strictly_lower(a.shape[1])] = 0.0  # np.triu's zeros (+0.0), without its index arithmetic
     q, _, info = lapack.dorgqr(factored, tau)
     if info != 0:
         raise np.linalg.LinAlgError(f"dorgqr failed (info {info})")
@@ -119,6 +127,7 @@ class _RestrictedWorkspace:
         self.values = np.zeros((n, length))
         self.values[:, zero_rows] = -1.0
         self.b = np.zeros(zero_rows + n + cone_rows)
+        self.q = np.ones(n)
         a = sp.csc_matrix(
             (self.values.ravel(), np.concatenate(column_rows), np.arange(0, n * length + 1, length)),
             shape=(self.b.shape[0], n),
@@ -133,29 +142,30 @@ class _RestrictedWorkspace:
         self._slots = [np.append(np.arange(k), size) for k in range(size + 1)]
 
     def solve(
-        self, eq: np.ndarray, b_eq: np.ndarray, cone_first: np.ndarray, b_first: float, r: np.ndarray, cost: np.ndarray
+        self, eq_t: np.ndarray, b_eq: np.ndarray, cone_first: np.ndarray, b_first: float, r: np.ndarray, cost: np.ndarray
     ) -> tuple[str, np.ndarray, np.ndarray]:
-        """(status, x [k + 1], z) for k used slots: columns `eq` [zero, k + 1], cone rows (first, R)."""
+        """(status, x [k + 1], z) for k used slots: columns `eq_t.T` [zero, k + 1], cone rows (first, R)."""
         z0, k1 = self.zero_rows, cost.shape[0]
         k, m = k1 - 1, r.shape[0]
         values, b = self.values, self.b
         values[:, :z0] = 0.0
         values[:, z0 + 1 :] = 0.0
         slots = self._slots[k]
-        values[slots, :z0] = eq.T
+        values[slots, :z0] = eq_t
         values[slots, z0 + 1] = cone_first
         values[slots, z0 + 2 : z0 + 2 + m] = r[:, :k1].T
         n = self.size + 1
-        b[:] = 0.0
+        b.fill(0.0)
         b[:z0] = b_eq
         b[z0 + n] = b_first
         b[z0 + n + 1 : z0 + n + 1 + m] = r[:, k1]
-        q = np.ones(n)
+        q = self.q
+        q.fill(1.0)
         q[slots] = cost
-        self.solver.update(q=q, A=values.ravel(), b=b)
+        self.solver.update(q=q, A=values.ravel(), b=b)  # Clarabel copies what it is given
         result = self.solver.solve()
-        x = np.asarray(result.x)[slots]
-        return str(result.status), x, np.asarray(result.z)
+        x = np.array(result.x)[slots]
+        return str(result.status), x, np.array(result.z)
 
 
 @dataclass
@@ -178,6 +188,9 @@ class WorkingSetSolver:
         self._program: SimplexConeProgram | None = None
         self._dual_rows = np.zeros((0, 0))  # the program's rows but the bounds: reduced costs
         self._centre_column = np.zeros(0)  # those rows times the centre: the aggregate column
+        # The program by variable, as a restricted program gathers it, the aggregate as variable n:
+        # equality rows, the first cone row, then the cone rows after it (the QR's rows).
+        self._by_variable = np.zeros((0, 0))
         self._memory = _Memory()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -190,12 +203,12 @@ class WorkingSetSolver:
         self._program = program
         self._dual_rows = np.vstack([program.a_eq, program.a_cone])  # every row but the bounds
         self._centre_column = self._dual_rows @ program.centre
+        self._by_variable = np.vstack([self._dual_rows.T, self._centre_column])
         self._memory = _Memory()
 
-    def _workspace(self, count: int) -> _RestrictedWorkspace | None:
-        size = next((s for s in WORKSPACE_SIZES if s >= count), None)
-        if size is None:
-            return None
+    def _workspace(self, count: int) -> _RestrictedWorkspace:
+        """The workspace for `count` variables (at most the largest size)."""
+        size = _PADDED_SIZE[count]
         key = (size, self._program.a_eq.shape[0])  # type: ignore[union-attr]
         if key not in self._workspaces:
             self._workspaces[key] = _RestrictedWorkspace(size, key[1], self.equilibrate)
@@ -203,13 +216,13 @@ class WorkingSetSolver:
 
     def _initial_set(self, c: np.ndarray, key: Hashable, tol: float) -> set[int]:
         memory = self._memory
-        chosen = {int(np.argmin(c))}
+        chosen = {int(c.argmin())}
         if key in memory.support:
             chosen.update(memory.support[key].tolist())
         dual = memory.dual.get(key, memory.last_dual)
         if dual is not None:
             reduced = c + self._dual_rows.T @ dual
-            lowest = int(np.argmin(reduced))
+            lowest = int(reduced.argmin())
             if reduced[lowest] < -tol:
                 chosen.add(lowest)
         return chosen
@@ -218,28 +231,25 @@ class WorkingSetSolver:
         """x* for the objective c (solver variable order), certified; None: solve the complete program."""
         program = self._program
         assert program is not None, "prepare() first"
-        tol = self.tolerance * max(1.0, float(np.max(np.abs(c))))
+        tol = self.tolerance * max(1.0, float(np.abs(c).max()))
         chosen = self._initial_set(c, key, tol)
         zero = program.a_eq.shape[0]
-        centre_cost = float(c @ program.centre)
+        costs = np.empty(c.shape[0] + 1)  # the aggregate's cost last
+        costs[:-1] = c
+        costs[-1] = float(c @ program.centre)
+        b_tail = program.b_cone[None, 1:]
         for _ in range(MAX_ROUNDS):
-            working = np.fromiter(sorted(chosen), dtype=np.int64)
-            workspace = self._workspace(working.size)
-            if workspace is None:
+            if len(chosen) > WORKSPACE_SIZES[-1]:
                 return None
-            k = working.size
-            columns = np.empty((program.a_cone.shape[0], k + 2))
-            columns[:, :k] = program.a_cone[:, working]
-            columns[:, k] = self._centre_column[zero:]
-            columns[:, k + 1] = program.b_cone
-            q, r = thin_qr(columns[1:])
-            eq = np.empty((zero, k + 1))
-            eq[:, :k] = program.a_eq[:, working]
-            eq[:, k] = self._centre_column[:zero]
-            cost = np.empty(k + 1)
-            cost[:k] = c[working]
-            cost[k] = centre_cost
-            status, x, z = workspace.solve(eq, program.b_eq, columns[0, : k + 1], float(program.b_cone[0]), r, cost)
+            extended = np.fromiter(sorted(chosen) + [c.shape[0]], dtype=np.int64, count=len(chosen) + 1)
+            working = extended[:-1]
+            workspace = self._workspace(working.size)
+            columns = self._by_variable[extended]  # [k + 1, zero + cone rows]
+            # [k + 2, cone rows - 1]: the QR's columns and b, transposed (Fortran order for LAPACK)
+            q, r = thin_qr(np.concatenate((columns[:, zero + 1 :], b_tail)).T)
+            status, x, z = workspace.solve(
+                columns[:, :zero], program.b_eq, columns[:, zero], float(program.b_cone[0]), r, costs[extended]
+            )
             self.programs += 1
             if status != "Solved":
                 return None
@@ -247,7 +257,7 @@ class WorkingSetSolver:
             dual = np.concatenate([z[:zero], z[zero + n : zero + n + 1], q @ z[zero + n + 1 : zero + n + 1 + r.shape[0]]])
             reduced = c + self._dual_rows.T @ dual
             reduced[working] = np.inf
-            violators = np.flatnonzero(reduced < -tol)
+            violators = (reduced < -tol).nonzero()[0]
             if violators.size == 0:
                 solution = x[-1] * program.centre
                 solution[working] += x[:-1]
