@@ -82,11 +82,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=count, default=3)
     parser.add_argument("--first", type=count, default=None, help="replay only the first N recorded calls")
     args = parser.parse_args()
+    if not args.calls.exists() and not args.calls.parent.is_dir():
+        parser.error(f"--calls: no folder {str(args.calls.parent)!r} to record into")
     if not args.calls.exists():
         spec = RunSpec.make(algorithm="drbo-mmd", problem=args.problem, seed=args.seed, evaluations=args.evaluations)
         check_spec(spec)
         print(f"recorded {record(spec, args.calls)} worst cases of {spec.label} to {args.calls}")
-    calls = pickle.loads(args.calls.read_bytes())[: args.first]
+    try:
+        calls = pickle.loads(args.calls.read_bytes())[: args.first]
+    except Exception as error:  # not a file this script wrote
+        parser.error(f"--calls: {str(args.calls)!r} is not a recording of this script ({type(error).__name__})")
     worst_cases = sum(call[0] == "solve" for call in calls)
     times = []
     for repeat in range(args.repeats):
