@@ -18,7 +18,6 @@ versions of the solver that give the same answers. Needs valgrind (Debian: `apt 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import pickle
 import re
 import shutil
@@ -33,23 +32,22 @@ default_thread_environment(1)  # one thread, as a Ray task with num_cpus=1 (and 
 
 def replay(path: Path, start: int, worst_cases: int) -> None:
     """Child process: replay `worst_cases` recorded worst cases from the first BO step at or
-    after call `start`; prints the restricted programs and a hash of the answers."""
-    from wdrbo_dist.acquisition.mmd_working_set import WorkingSetSolver
+    after call `start` (`mmd_worst_cases.replay`, which imports no torch); prints the worst cases,
+    the restricted programs and the answers' hash."""
+    from mmd_worst_cases import replay as replay_calls
 
     calls = pickle.loads(path.read_bytes())
     while start < len(calls) and calls[start][0] != "prepare":
         start += 1
-    solver, digest, solved = WorkingSetSolver(), hashlib.sha256(), 0
+    chosen, solved = [], 0
     for call in calls[start:]:
-        if solved == worst_cases:
-            break
-        if call[0] == "prepare":
-            solver.prepare(call[1])
-            continue
-        x = solver.solve(call[1], call[2])
-        digest.update(b"none" if x is None else x.tobytes())
-        solved += 1
-    print(f"replayed {solved} {solver.programs} {digest.hexdigest()[:16]}")
+        if call[0] == "solve":
+            if solved == worst_cases:
+                break
+            solved += 1
+        chosen.append(call)
+    _, programs, digest = replay_calls(chosen)
+    print(f"replayed {solved} {programs} {digest}")
 
 
 def counted(path: Path, start: int, worst_cases: int, profile: Path | None) -> tuple[int, int, int, str]:

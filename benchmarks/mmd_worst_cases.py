@@ -20,20 +20,22 @@ import pickle
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wdrbo_dist.threads import default_thread_environment
 
 default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus=1
 
-from paired_variants import check_spec, count  # noqa: E402
-
 from wdrbo_dist.acquisition import mmd_working_set  # noqa: E402
-from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
+
+if TYPE_CHECKING:
+    from wdrbo_dist.run import RunSpec
 
 
 def record(spec: RunSpec, path: Path) -> int:
     """Run `spec`, keeping every call of its working-set solver; returns the worst cases."""
+    from wdrbo_dist.run import run_one
+
     calls: list[tuple[Any, ...]] = []
     solver = mmd_working_set.WorkingSetSolver
     prepare, solve = solver.prepare, solver.solve
@@ -74,6 +76,10 @@ def replay(calls: list[tuple[Any, ...]]) -> tuple[float, int, str]:
 
 
 def main() -> None:
+    from paired_variants import check_spec, count  # torch and the run machinery: not for `replay` alone
+
+    from wdrbo_dist.run import RunSpec
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=Path, required=True, help="recorded calls (written first if missing)")
     parser.add_argument("--problem", default="ackley")
