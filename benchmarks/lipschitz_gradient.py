@@ -1,16 +1,19 @@
-"""WDRBO's differentiated L(x) (paper profile): its x-gradient in closed form (option
-`wdrbo_L_gradient: analytic`, the default since version 0.7.0) or by autograd's double backward
-through the context gradient (`autograd`, version 0.6.0's records). Same method? At what speed?
+"""WDRBO's differentiated L(x) (paper profile) in an Adam step, two choices. `--compare pass`
+(the default): L(x) in the mean term's pass with the Jacobian in NumPy (option `wdrbo_L_pass:
+shared`, 0.9.0's records) or in one compiled kernel beside ERBO's mean term (`compiled`, the
+default since 0.10.0). `--compare gradient`: its x-gradient in closed form (option
+`wdrbo_L_gradient: analytic`, since 0.7.0) or by autograd's double backward (0.6.0's records),
+both on the shared pass. Same method? At what speed?
 
-The two gradients agree to ~1e-12 relative (tests/models/test_gp.py), which is enough for one
+Each pair agrees to ~1e-12 relative (tests/acquisition/test_wdrbo.py), which is enough for one
 seed's trajectories to part after a few BO steps, so the routes are compared over seeds, paired
 (`paired_variants.py`). `--step` prints instead what one Adam step costs (forward and backward
 of the acquisition for 10 candidates on a GP of n points, one thread, best of 5 repeats of 300),
-for ERBO's mean term, WDRBO with L(x) detached (the reference profile) and both gradients.
+for ERBO's mean term, WDRBO with L(x) detached (the reference profile) and the three routes.
 
     .venv/bin/python benchmarks/lipschitz_gradient.py --step                 # ms per Adam step, n = 99
     .venv/bin/python benchmarks/lipschitz_gradient.py                        # Ackley and Newsvendor, 10 seeds
-    .venv/bin/python benchmarks/lipschitz_gradient.py --problems toy-general --seeds 15
+    .venv/bin/python benchmarks/lipschitz_gradient.py --compare gradient --problems toy-general --seeds 15
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ import time
 
 from paired_variants import add_run_arguments, compare, count  # sets one thread per process before torch is imported
 
-ROUTES: dict[str, dict[str, object]] = {
-    "autograd": {"wdrbo_L_gradient": "autograd"},
-    "analytic": {"wdrbo_L_gradient": "analytic"},
+COMPARISONS: dict[str, dict[str, dict[str, object]]] = {
+    "pass": {"shared": {"wdrbo_L_pass": "shared"}, "compiled": {"wdrbo_L_pass": "compiled"}},
+    "gradient": {
+        "autograd": {"wdrbo_L_gradient": "autograd", "wdrbo_L_pass": "shared"},
+        "analytic": {"wdrbo_L_gradient": "analytic", "wdrbo_L_pass": "shared"},
+    },
 }
 
 
@@ -47,6 +53,8 @@ def step_times(n: int, repeats: int = 5, calls: int = 300) -> dict[str, float]:
                                           analytic_gradient=False),
         "wdrbo, analytic": WassersteinUCB(model, nodes, weights, radius, points, 1.5, detach_lipschitz=False,
                                           analytic_gradient=True),
+        "wdrbo, compiled": WassersteinUCB(model, nodes, weights, radius, points, 1.5, detach_lipschitz=False,
+                                          compiled_lipschitz=True),
     }
     x = torch.rand(10, 1, generator=generator, dtype=torch.float64).requires_grad_(True)
     best = {label: float("inf") for label in acquisitions}
@@ -64,6 +72,7 @@ def step_times(n: int, repeats: int = 5, calls: int = 300) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, problems=["ackley", "newsvendor"], seeds=10)
+    parser.add_argument("--compare", choices=list(COMPARISONS), default="pass", help="which two routes to run")
     parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")
     parser.add_argument("--n", type=count, default=99, help="--step: training points of the GP")
     args = parser.parse_args()
@@ -71,7 +80,7 @@ def main() -> None:
         for label, ms in step_times(args.n).items():
             print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, 10 candidates, n = {args.n})")
         return
-    compare(["wdrbo"], args.problems, ROUTES, args.seeds, args.evaluations, "paper", args.workers)
+    compare(["wdrbo"], args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, "paper", args.workers)
 
 
 if __name__ == "__main__":

@@ -162,3 +162,66 @@ def test_lipschitz_points_cover_the_observed_contexts_in_the_paper_profile() -> 
     reference = WDRBO(make_problem("toy-general", "reference"), "reference")
     reference.setup(state, torch.Generator().manual_seed(0))
     assert reference.lipschitz_box(state).tolist() == [[0.0], [1.0]]
+
+
+def _paper_acquisitions(problem_name: str, n: int, options: list[dict]):
+    problem, state, model = _state_and_model(problem_name, n=n)
+    acquisitions = []
+    for extra in options:
+        algo = WDRBO(problem, "paper", extra)
+        algo.setup(state, torch.Generator().manual_seed(1))
+        acquisitions.append(algo.acquisition(model, state, torch.Generator().manual_seed(2)))
+    return problem, acquisitions
+
+
+def test_compiled_lipschitz_pass_agrees_with_the_shared_pass() -> None:
+    """Option `wdrbo_L_pass`: an Adam step's values and gradients agree to rounding, with L(x)
+    differentiated or detached, and without autograd."""
+    problem, (compiled, shared, compiled_detached, shared_detached) = _paper_acquisitions("ackley", 40, [
+        {"wdrbo_L_pass": "compiled"}, {"wdrbo_L_pass": "shared"},
+        {"wdrbo_L_pass": "compiled", "wdrbo_L_detached": True}, {"wdrbo_L_pass": "shared", "wdrbo_L_detached": True},
+    ])
+    assert compiled._compiled_points is not None and shared._compiled_points is None  # the route is taken
+    x = torch.rand(10, problem.dim_x, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    for a, b in ((compiled, shared), (compiled_detached, shared_detached)):
+        xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        value_a, value_b = a(xa), b(xb)
+        (grad_a,), (grad_b,) = torch.autograd.grad(value_a.sum(), xa), torch.autograd.grad(value_b.sum(), xb)
+        assert torch.allclose(value_a.detach(), value_b.detach(), rtol=0, atol=1e-12)
+        assert torch.allclose(grad_a, grad_b, rtol=1e-9, atol=1e-11)
+        with torch.no_grad():
+            assert torch.allclose(a(x), value_a.detach(), rtol=0, atol=1e-15)
+    assert not torch.allclose(grad_a, torch.autograd.grad(compiled(xa).sum(), xa)[0])  # detaching changes it
+    # The screening pass's many candidates keep the shared pass.
+    many = torch.rand(40, problem.dim_x, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    with torch.no_grad():
+        assert torch.allclose(compiled(many), shared(many), rtol=0, atol=1e-12)
+
+
+def test_compiled_lipschitz_gradient_matches_finite_differences() -> None:
+    problem, (acq,) = _paper_acquisitions("newsvendor", 45, [{"wdrbo_L_pass": "compiled"}])
+    assert acq._compiled_points is not None
+    low, high = problem.decision_bounds
+    x = low + (high - low) * torch.rand(4, problem.dim_x, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    xr = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(acq(xr).sum(), xr)
+    h = 1e-6 * float((high - low).max())
+    numeric = torch.zeros_like(x)
+    for k in range(problem.dim_x):
+        step = torch.zeros_like(x)
+        step[:, k] = h
+        with torch.no_grad():
+            numeric[:, k] = (acq(x + step) - acq(x - step)) / (2 * h)
+    assert torch.allclose(grad, numeric, rtol=1e-4, atol=1e-6)
+
+
+def test_compiled_lipschitz_pass_is_the_paper_default_and_falls_back_where_it_does_not_pay() -> None:
+    assert WDRBO.resolve_options("paper", {})["wdrbo_L_pass"] == "compiled"
+    assert WDRBO.resolve_options("reference", {})["wdrbo_L_pass"] == "shared"
+    # Two context dimensions: the points' 300 vectors span about as many dimensions as the data,
+    # and the basis saves nothing.
+    _, (two,) = _paper_acquisitions("modified-branin", 40, [{}])
+    assert two._compiled_points is None
+    # The autograd x-gradient of L(x) keeps the shared pass.
+    _, (autograd,) = _paper_acquisitions("ackley", 40, [{"wdrbo_L_gradient": "autograd"}])
+    assert autograd._compiled_points is None
