@@ -181,7 +181,7 @@ def test_compiled_lipschitz_pass_agrees_with_the_shared_pass() -> None:
         {"wdrbo_L_pass": "compiled"}, {"wdrbo_L_pass": "shared"},
         {"wdrbo_L_pass": "compiled", "wdrbo_L_detached": True}, {"wdrbo_L_pass": "shared", "wdrbo_L_detached": True},
     ])
-    assert compiled._compiled_points is not None and shared._compiled_points is None  # the route is taken
+    assert compiled._compiled_lipschitz is not None and shared._compiled_lipschitz is None  # the route is taken
     x = torch.rand(10, problem.dim_x, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
     for a, b in ((compiled, shared), (compiled_detached, shared_detached)):
         xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
@@ -200,7 +200,7 @@ def test_compiled_lipschitz_pass_agrees_with_the_shared_pass() -> None:
 
 def test_compiled_lipschitz_gradient_matches_finite_differences() -> None:
     problem, (acq,) = _paper_acquisitions("newsvendor", 45, [{"wdrbo_L_pass": "compiled"}])
-    assert acq._compiled_points is not None
+    assert acq._compiled_lipschitz is not None
     low, high = problem.decision_bounds
     x = low + (high - low) * torch.rand(4, problem.dim_x, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
     xr = x.clone().requires_grad_(True)
@@ -221,7 +221,7 @@ def test_compiled_lipschitz_pass_is_the_paper_default_and_falls_back_where_it_do
     # Two context dimensions: the points' 300 vectors span about as many dimensions as the data,
     # and the basis saves nothing.
     _, (two,) = _paper_acquisitions("modified-branin", 40, [{}])
-    assert two._compiled_points is None
+    assert two._compiled_lipschitz is None
     # The autograd x-gradient of L(x) keeps the shared pass.
     _, (autograd,) = _paper_acquisitions("ackley", 40, [{"wdrbo_L_gradient": "autograd"}])
-    assert autograd._compiled_points is None
+    assert autograd._compiled_lipschitz is None

@@ -12,13 +12,11 @@ The point side is the numerical basis V [n, r] of the points' kernel vectors kc_
 derivatives dkc_m/dc_d, built once per acquisition as `GaussianProcess.context_features` does:
 with a_m = V^T kc_m, da_md = V^T dkc_md and B_b = (kx_b * V)^T K^{-1} (kx_b * V) [r, r],
 sigma_bm^2 = 1 - a_m^T B_b a_m and dk^T K^{-1} k = da_md^T B_b a_m. Where the basis would not
-save work (about as many vectors as data) `lipschitz_points` gives None and WDRBO keeps its
-shared pass. numba is imported only here, when a WDRBO acquisition first takes this route.
+save work (about as many vectors as data) `CompiledLipschitz.build` gives None and WDRBO keeps
+its shared pass. numba is imported only here, when a WDRBO acquisition first takes this route.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -28,65 +26,55 @@ from torch import Tensor
 from wdrbo_dist.models.gp import VARIANCE_FLOOR, GaussianProcess, numerical_basis, rbf
 
 
-@dataclass(frozen=True)
-class LipschitzPoints:
-    """The point side of `lipschitz_penalty`, C-contiguous float64 arrays for the kernel."""
+class CompiledLipschitz:
+    """L(x) [b] at fixed Lipschitz points for one GP and beta, differentiable in x: the
+    kernel's arguments but the candidates, as C-contiguous float64 arrays, built once per
+    acquisition (`build`)."""
 
-    points: np.ndarray  # [M, d_c]
-    basis: np.ndarray  # [n, r], orthonormal columns spanning every kc_m and dkc_m / dc_d
-    coefficients: np.ndarray  # [1 + d_c, M, r]: a_m, then da_md
-    derivatives: np.ndarray  # [n, d_c * M]: dkc_m / dc_d in column d * M + m (exact, for the mean)
+    def __init__(self, arguments: tuple) -> None:
+        self.arguments = arguments  # (train, lengthscale, inverse, weights, beta, points, basis, coefficients, derivatives)
 
+    @classmethod
+    def build(cls, model: GaussianProcess, points: Tensor, beta: float) -> "CompiledLipschitz | None":
+        """None off the CPU, or where the basis needs more multiply-adds per candidate (the form
+        B_b and its products with the points' coefficients) than an [n, n] form per vector."""
+        if points.device.type != "cpu" or points.dtype != torch.float64:
+            return None
+        dim_c = points.shape[-1]
+        train_c, ls_c = model.train_x[:, -dim_c:], model.lengthscale[-dim_c:]
+        k_g = rbf(points, train_c, ls_c)  # [M, n]
+        scaled = (points[:, None, :] - train_c[None, :, :]) / ls_c**2  # [M, n, d_c]
+        d_k_g = (-k_g.unsqueeze(-1) * scaled).permute(2, 0, 1)  # [d_c, M, n]: dkc_m / dc_d
+        vectors = torch.cat([k_g.unsqueeze(0), d_k_g], 0)  # [1 + d_c, M, n]
+        n, rows = model.n, vectors.shape[0] * vectors.shape[1]
+        basis, _ = numerical_basis(vectors.reshape(rows, n))
+        r = basis.shape[1]
+        if r == 0 or n * n * r + n * r * r + rows * r * r >= rows * n * n:
+            return None
+        arrays = (
+            model.train_x, model.lengthscale, model.inverse, model.weights, float(beta), points, basis,
+            vectors @ basis,  # [1 + d_c, M, r]: a_m, then da_md
+            d_k_g.reshape(-1, n).T,  # [n, d_c M]: dkc_m / dc_d in column d M + m (exact, for the mean)
+        )
+        return cls(tuple(a if isinstance(a, float) else np.ascontiguousarray(a.numpy()) for a in arrays))
 
-def lipschitz_points(model: GaussianProcess, points: Tensor) -> LipschitzPoints | None:
-    """The point side at `points` [M, d_c]; None off the CPU, or where the basis needs more
-    multiply-adds per candidate (the form B_b and its products with the points' coefficients)
-    than an [n, n] form per vector."""
-    if points.device.type != "cpu" or points.dtype != torch.float64:
-        return None
-    dim_c = points.shape[-1]
-    train_c, ls_c = model.train_x[:, -dim_c:], model.lengthscale[-dim_c:]
-    k_g = rbf(points, train_c, ls_c)  # [M, n]
-    scaled = (points[:, None, :] - train_c[None, :, :]) / ls_c**2  # [M, n, d_c]
-    d_k_g = (-k_g.unsqueeze(-1) * scaled).permute(2, 0, 1)  # [d_c, M, n]
-    vectors = torch.cat([k_g.unsqueeze(0), d_k_g], 0)  # [1 + d_c, M, n]
-    n, rows = model.n, vectors.shape[0] * vectors.shape[1]
-    basis, _ = numerical_basis(vectors.reshape(rows, n))
-    r = basis.shape[1]
-    if r == 0 or n * n * r + n * r * r + rows * r * r >= rows * n * n:
-        return None
-    contiguous = np.ascontiguousarray
-    return LipschitzPoints(
-        points=contiguous(points.numpy()),
-        basis=contiguous(basis.numpy()),
-        coefficients=contiguous((vectors @ basis).numpy()),
-        derivatives=contiguous(d_k_g.reshape(-1, n).T.numpy()),
-    )
-
-
-def lipschitz_penalty(model: GaussianProcess, x: Tensor, points: LipschitzPoints, beta: float) -> Tensor:
-    """L(x_b) [b] for candidates x [b, d_x] (CPU, float64), differentiable in x."""
-    return _LipschitzPenalty.apply(x, model, points, beta)
+    def __call__(self, x: Tensor) -> Tensor:
+        return _LipschitzPenalty.apply(x, self.arguments)
 
 
 class _LipschitzPenalty(torch.autograd.Function):
     """The forward pass computes L(x) and its Jacobian in x; the backward pass scales it."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, model: GaussianProcess, points: LipschitzPoints, beta: float) -> Tensor:  # type: ignore[override]
-        contiguous = np.ascontiguousarray
-        norm, jacobian = _penalty_and_jacobian(
-            contiguous(x.detach().numpy()), contiguous(model.train_x.numpy()), contiguous(model.lengthscale.numpy()),
-            contiguous(model.inverse.numpy()), contiguous(model.weights.numpy()), float(beta),
-            points.points, points.basis, points.coefficients, points.derivatives,
-        )
+    def forward(ctx, x: Tensor, arguments: tuple) -> Tensor:  # type: ignore[override]
+        norm, jacobian = _penalty_and_jacobian(np.ascontiguousarray(x.detach().numpy()), *arguments)
         ctx.save_for_backward(torch.from_numpy(jacobian))
         return torch.from_numpy(norm)
 
     @staticmethod
-    def backward(ctx, grad_norm: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+    def backward(ctx, grad_norm: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
         (jacobian,) = ctx.saved_tensors
-        return grad_norm.unsqueeze(-1) * jacobian, None, None, None
+        return grad_norm.unsqueeze(-1) * jacobian, None
 
 
 @njit(cache=True)
