@@ -9,6 +9,7 @@ import torch
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
 from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.models.lipschitz import CompiledLipschitz
 from wdrbo_dist.problems import make_problem
 
 
@@ -225,3 +226,6 @@ def test_compiled_lipschitz_pass_is_the_paper_default_and_falls_back_where_it_do
     # The autograd x-gradient of L(x) keeps the shared pass.
     _, (autograd,) = _paper_acquisitions("ackley", 40, [{"wdrbo_L_gradient": "autograd"}])
     assert autograd._compiled_lipschitz is None
+    # The kernel is float64 on the CPU; other points (a GPU's, say) keep the shared pass.
+    assert CompiledLipschitz.build(autograd.model, autograd.lipschitz_points, 1.5) is not None
+    assert CompiledLipschitz.build(autograd.model, autograd.lipschitz_points.float(), 1.5) is None
