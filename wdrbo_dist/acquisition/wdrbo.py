@@ -72,7 +72,7 @@ class WassersteinUCB(Acquisition):
     def forward(self, x: Tensor) -> Tensor:
         if self._all_features is None:
             return self.expected_ucb(x)
-        if self._compiled_lipschitz is not None and x.shape[0] <= COMPILED_MAX_BATCH and x.device.type == "cpu":
+        if self._compiled_lipschitz is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)
             # The mean term by ERBO's route; L(x) and its x-gradient in one compiled call.
             penalty = self._compiled_lipschitz(x)
             if self.detach_lipschitz:

@@ -203,11 +203,7 @@ class GaussianProcess:
         m = 0
         if gradient_contexts is not None:
             m = gradient_contexts.shape[0]
-            k_g = rbf(gradient_contexts, train_c, ls_c)  # [M, n]
-            vectors.append(k_g)
-            # d kc_Mi / d c_Md = -kc_Mi (c_Md - z_id) / l_d^2
-            diff = (gradient_contexts[:, None, :] - train_c[None, :, :]) / ls_c**2  # [M, n, d_c]
-            vectors.extend(-k_g * diff[..., d] for d in range(dim_c))
+            vectors.extend(self.context_gradient_vectors(gradient_contexts))  # kc_M, then dkc_M / dc_d
         mean = torch.cat(vectors, 0).T  # [n, N + M + M d_c]: every context-side vector
         basis = None
         if self.context_basis:
@@ -233,6 +229,15 @@ class GaussianProcess:
         return ContextFeatures(
             quad=quad.T, mean=mean, n_contexts=contexts.shape[0], n_gradient=m, dim_c=dim_c, basis=basis,
         )
+
+    def context_gradient_vectors(self, contexts: Tensor) -> Tensor:
+        """[1 + d_c, M, n]: the context vectors kc_M at `contexts` [M, d_c], then their derivatives
+        d kc_Mi / d c_Md = -kc_Mi (c_Md - z_id) / l_d^2, one block per context dimension d."""
+        dim_c = contexts.shape[-1]
+        train_c, ls_c = self.train_x[:, -dim_c:], self.lengthscale[-dim_c:]
+        k_g = rbf(contexts, train_c, ls_c)  # [M, n]
+        diff = (contexts[:, None, :] - train_c[None, :, :]) / ls_c**2  # [M, n, d_c]
+        return torch.stack([k_g, *(-k_g * diff[..., d] for d in range(dim_c))])
 
     def region_basis(self, box: Tensor) -> Tensor | None:
         """An orthonormal basis [n, r] of the context vectors kc(c) of every c in `box` [2, d_c]

@@ -23,7 +23,7 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from wdrbo_dist.models.gp import VARIANCE_FLOOR, GaussianProcess, numerical_basis, rbf
+from wdrbo_dist.models.gp import VARIANCE_FLOOR, GaussianProcess, numerical_basis
 
 
 class CompiledLipschitz:
@@ -40,12 +40,7 @@ class CompiledLipschitz:
         B_b and its products with the points' coefficients) than an [n, n] form per vector."""
         if points.device.type != "cpu" or points.dtype != torch.float64:
             return None
-        dim_c = points.shape[-1]
-        train_c, ls_c = model.train_x[:, -dim_c:], model.lengthscale[-dim_c:]
-        k_g = rbf(points, train_c, ls_c)  # [M, n]
-        scaled = (points[:, None, :] - train_c[None, :, :]) / ls_c**2  # [M, n, d_c]
-        d_k_g = (-k_g.unsqueeze(-1) * scaled).permute(2, 0, 1)  # [d_c, M, n]: dkc_m / dc_d
-        vectors = torch.cat([k_g.unsqueeze(0), d_k_g], 0)  # [1 + d_c, M, n]
+        vectors = model.context_gradient_vectors(points)  # [1 + d_c, M, n]: kc_m, then dkc_m / dc_d
         n, rows = model.n, vectors.shape[0] * vectors.shape[1]
         basis, _ = numerical_basis(vectors.reshape(rows, n))
         r = basis.shape[1]
@@ -54,7 +49,7 @@ class CompiledLipschitz:
         arrays = (
             model.train_x, model.lengthscale, model.inverse, model.weights, float(beta), points, basis,
             vectors @ basis,  # [1 + d_c, M, r]: a_m, then da_md
-            d_k_g.reshape(-1, n).T,  # [n, d_c M]: dkc_m / dc_d in column d M + m (exact, for the mean)
+            vectors[1:].reshape(-1, n).T,  # [n, d_c M]: dkc_m / dc_d in column d M + m (exact, for the mean)
         )
         return cls(tuple(a if isinstance(a, float) else np.ascontiguousarray(a.numpy()) for a in arrays))
 
