@@ -7,11 +7,13 @@ differs after a few BO steps (on Ackley, seed 100: from the third or fourth, bet
 routes). So the routes are compared over seeds, paired (`paired_variants.py` says how).
 
 Routes (every one solves the problem built once per run through CVXPY):
-    working-set   certified restricted Clarabel programs (the default in both profiles)
+    compiled      certified restricted programs, solved by mmd_ipm.py (the paper profile's default)
+    working-set   certified restricted programs, solved by Clarabel (the reference profile's)
     clarabel      the complete compiled program with Clarabel
     scs           the complete compiled program with SCS at eps 1e-5 (the published solver)
 
     .venv/bin/python benchmarks/mmd_routes.py                          # Ackley, 6 seeds, 2 workers (~6 min)
+    .venv/bin/python benchmarks/mmd_routes.py --routes compiled working-set --seeds 10
     .venv/bin/python benchmarks/mmd_routes.py --seeds 10 --problems ackley newsvendor
     .venv/bin/python benchmarks/mmd_routes.py --fidelity reference
 
@@ -25,7 +27,12 @@ import argparse
 from paired_variants import add_run_arguments, compare
 
 ROUTES: dict[str, dict[str, object]] = {
-    "working-set": {"mmd_solver": "CLARABEL", "mmd_equilibrate": False, "mmd_working_set": True},
+    "compiled": {
+        "mmd_solver": "CLARABEL", "mmd_equilibrate": False, "mmd_working_set": True, "mmd_restricted_solver": "compiled",
+    },
+    "working-set": {
+        "mmd_solver": "CLARABEL", "mmd_equilibrate": False, "mmd_working_set": True, "mmd_restricted_solver": "clarabel",
+    },
     "clarabel": {"mmd_solver": "CLARABEL", "mmd_equilibrate": False, "mmd_working_set": False},
     "scs": {"mmd_solver": "SCS", "mmd_equilibrate": True, "mmd_working_set": False},
 }

@@ -59,9 +59,9 @@ def record(spec: RunSpec, path: Path) -> int:
     return sum(call[0] == "solve" for call in calls)
 
 
-def replay(calls: list[tuple[Any, ...]]) -> tuple[float, int, str]:
+def replay(calls: list[tuple[Any, ...]], restricted_solver: str) -> tuple[float, int, str]:
     """(seconds in `solve`, restricted programs solved, a hash of the answers) for one replay."""
-    solver = mmd_working_set.WorkingSetSolver()
+    solver = mmd_working_set.WorkingSetSolver(restricted_solver=restricted_solver)
     digest = hashlib.sha256()
     seconds = 0.0
     for call in calls:
@@ -87,6 +87,10 @@ def main() -> None:
     parser.add_argument("--evaluations", type=count, default=100)
     parser.add_argument("--repeats", type=count, default=3)
     parser.add_argument("--first", type=count, default=None, help="replay only the first N recorded calls")
+    parser.add_argument(
+        "--restricted-solver", choices=mmd_working_set.RESTRICTED_SOLVERS, default="clarabel",
+        help="what solves the restricted programs (option mmd_restricted_solver)",
+    )
     args = parser.parse_args()
     if not args.calls.exists() and not args.calls.parent.is_dir():
         parser.error(f"--calls: no folder {str(args.calls.parent)!r} to record into")
@@ -101,7 +105,7 @@ def main() -> None:
     worst_cases = sum(call[0] == "solve" for call in calls)
     times = []
     for repeat in range(args.repeats):
-        seconds, programs, digest = replay(calls)
+        seconds, programs, digest = replay(calls, args.restricted_solver)
         times.append(1e3 * seconds / worst_cases)
         print(f"replay {repeat}: {times[-1]:.3f} ms per worst case, {programs} restricted programs, answers {digest}")
     print(f"{worst_cases} worst cases: min {min(times):.3f}, median {statistics.median(times):.3f} ms per worst case")

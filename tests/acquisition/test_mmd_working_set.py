@@ -51,11 +51,14 @@ def _instances():
         yield tensor_grid_factor([axis, axis], scales), w, mmd_radius(n), square
 
 
-def test_working_set_gives_the_optimum_of_the_complete_program() -> None:
+@pytest.mark.parametrize("restricted_solver", mmd_working_set.RESTRICTED_SOLVERS)
+def test_working_set_gives_the_optimum_of_the_complete_program(restricted_solver: str) -> None:
     rng = np.random.default_rng(5)
     restricted = complete_fallbacks = 0
     for factor, w, radius, grid in _instances():
-        fast = MMDWorstCase(100, solver="CLARABEL", equilibrate=False, working_set=True)
+        fast = MMDWorstCase(
+            100, solver="CLARABEL", equilibrate=False, working_set=True, restricted_solver=restricted_solver
+        )
         full = MMDWorstCase(100, solver="CLARABEL", equilibrate=False, working_set=False)
         fast.prepare(factor, w, radius)
         full.prepare(factor, w, radius)
@@ -100,13 +103,16 @@ def _compiled(full: MMDWorstCase, w: np.ndarray) -> SimplexConeProgram:
     return program
 
 
-def test_a_wrong_guess_is_corrected_or_refused_never_returned(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("restricted_solver", mmd_working_set.RESTRICTED_SOLVERS)
+def test_a_wrong_guess_is_corrected_or_refused_never_returned(
+    monkeypatch: pytest.MonkeyPatch, restricted_solver: str
+) -> None:
     full, w, u = _program_and_objective()
     expected, _ = full.solve(u)
     index = full.cvx["embedding"]
     c = np.zeros(full.cvx["n_var"])
     c[index] = u
-    solver = WorkingSetSolver()
+    solver = WorkingSetSolver(restricted_solver=restricted_solver)
     solver.prepare(_compiled(full, w))
     worst_guess = np.argsort(c)[-3:]  # the three largest costs: no mass belongs there
     solver._memory.support["slot"] = worst_guess
@@ -142,13 +148,14 @@ def test_other_program_layouts_are_not_handled() -> None:
     assert SimplexConeProgram.from_compiled(scaled, b, SimpleNamespace(zero=1, nonneg=2, soc=[3]), centre) is None
 
 
+@pytest.mark.parametrize("restricted_solver", mmd_working_set.RESTRICTED_SOLVERS)
 @pytest.mark.parametrize("radius", [0.05, 0.3, 2.0])
-def test_ties_point_mass_centres_and_large_balls(radius: float) -> None:
+def test_ties_point_mass_centres_and_large_balls(radius: float, restricted_solver: str) -> None:
     grid = np.linspace(0, 1, 30)[:, None]
     factor = gram_factor(_rbf_gram(grid, 0.2))
     w = np.zeros(30)
     w[4] = 1.0
-    program = MMDWorstCase(30, solver="CLARABEL", equilibrate=False, working_set=True)
+    program = MMDWorstCase(30, solver="CLARABEL", equilibrate=False, working_set=True, restricted_solver=restricted_solver)
     program.prepare(factor, w, radius)
     for u in (np.full(30, 0.7), np.r_[np.zeros(15), np.ones(15)], np.cos(np.linspace(0, 6, 30))):
         p, status = program.solve(u)
@@ -176,6 +183,12 @@ def test_profiles_and_option_checks() -> None:
     assert DRBOMMD(problem, "paper", {"mmd_solve_path": "cvxpy"}).options["mmd_working_set"] is False
     explicit = DRBOMMD(problem, "paper", {"mmd_solver": "SCS", "mmd_equilibrate": False})
     assert explicit.options["mmd_equilibrate"] is False
+    # 0.11.0: the paper profile solves the restricted programs with mmd_ipm.py, the reference
+    # profile keeps Clarabel (0.10.0's records)
+    assert DRBOMMD(problem, "paper").program()._working.restricted_solver == "compiled"
+    assert DRBOMMD(problem, "reference").program()._working.restricted_solver == "clarabel"
+    with pytest.raises(ValueError, match="mmd_restricted_solver.*must be one of compiled, clarabel, got 'fast'"):
+        DRBOMMD(problem, "paper", {"mmd_restricted_solver": "fast"})
 
 
 def test_acquisition_counts_programs_and_most_candidates_need_one() -> None:

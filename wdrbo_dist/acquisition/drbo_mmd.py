@@ -37,6 +37,7 @@ from wdrbo_dist.models.gp import GaussianProcess
 
 from wdrbo_dist.acquisition.mmd_factors import FACTORS, gram_factor, tensor_grid_factor
 from wdrbo_dist.acquisition.mmd_solver import PATHS, SOLVERS, MMDWorstCase, drop_zero_cone_rows
+from wdrbo_dist.acquisition.mmd_working_set import RESTRICTED_SOLVERS
 
 __all__ = ["DRBOMMD", "MMDAcquisition", "MMDWorstCase", "drop_zero_cone_rows", "gram_factor", "tensor_grid_factor"]
 
@@ -123,6 +124,9 @@ class DRBOMMD(Algorithm):
         # left unset it is off for any other solver or path.
         "mmd_working_set": Option.same(
             True, note="unset: off unless mmd_solver is CLARABEL and mmd_solve_path is compiled"),
+        # What solves the working set's restricted programs: mmd_ipm.py's compiled dense method
+        # (paper, 0.11.0) or Clarabel (reference: 0.10.0's records); the certificate is the same.
+        "mmd_restricted_solver": Option("compiled", "clarabel", choices=RESTRICTED_SOLVERS),
     }
 
     _grid: Tensor | None = None
@@ -165,6 +169,7 @@ class DRBOMMD(Algorithm):
                 warm_start=bool(self.options["mmd_warm_start"]),
                 equilibrate=bool(self.options["mmd_equilibrate"]),
                 working_set=bool(self.options["mmd_working_set"]),
+                restricted_solver=str(self.options["mmd_restricted_solver"]),
             )
         return self._program
 

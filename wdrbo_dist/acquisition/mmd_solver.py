@@ -65,6 +65,7 @@ class MMDWorstCase:
         warm_start: bool = True,
         equilibrate: bool = True,
         working_set: bool = False,
+        restricted_solver: str = "clarabel",
     ) -> None:
         if solver not in SOLVERS:
             raise ValueError(f"mmd_solver must be one of {SOLVERS}, got {solver!r}")
@@ -79,7 +80,9 @@ class MMDWorstCase:
         self.complete_programs = 0  # complete programs solved (telemetry)
         self._cvx: dict[str, Any] | None = None  # CVXPY objects, built in the using process
         self._step: dict[str, Any] = {}
-        self._working = WorkingSetSolver(equilibrate=equilibrate) if self.working_set else None
+        self._working = (
+            WorkingSetSolver(equilibrate=equilibrate, restricted_solver=restricted_solver) if self.working_set else None
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

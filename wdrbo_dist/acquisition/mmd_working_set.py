@@ -39,6 +39,7 @@ from scipy.linalg import lapack
 
 FEASIBILITY_TOLERANCE = 1e-8  # Clarabel's default tol_feas, the scale of the certificate
 WORKSPACE_SIZES = (4, 8, 16, 32)  # restricted programs are padded to the next size
+RESTRICTED_SOLVERS = ("compiled", "clarabel")  # mmd_ipm.py's dense method, or Clarabel
 MAX_ROUNDS = 12
 ADDED_PER_ROUND = 3  # violators that join S per round (more makes every solve slower)
 SUPPORT_THRESHOLD = 1e-7  # p_j above this carries over to the next candidate's working set
@@ -180,9 +181,14 @@ class _Memory:
 class WorkingSetSolver:
     """Solves a `SimplexConeProgram` per objective vector c, or says it could not (None)."""
 
-    def __init__(self, equilibrate: bool = False, tolerance: float = FEASIBILITY_TOLERANCE) -> None:
+    def __init__(
+        self, equilibrate: bool = False, tolerance: float = FEASIBILITY_TOLERANCE, restricted_solver: str = "clarabel"
+    ) -> None:
+        if restricted_solver not in RESTRICTED_SOLVERS:
+            raise ValueError(f"restricted_solver must be one of {RESTRICTED_SOLVERS}, got {restricted_solver!r}")
         self.equilibrate = equilibrate
         self.tolerance = tolerance
+        self.restricted_solver = restricted_solver
         self.programs = 0  # restricted conic programs solved (telemetry)
         self._workspaces: dict[tuple[int, int], _RestrictedWorkspace] = {}
         self._program: SimplexConeProgram | None = None
@@ -243,18 +249,15 @@ class WorkingSetSolver:
                 return None
             extended = np.fromiter(sorted(chosen) + [c.shape[0]], dtype=np.int64, count=len(chosen) + 1)
             working = extended[:-1]
-            workspace = self._workspace(working.size)
             columns = self._by_variable[extended]  # [k + 1, zero + cone rows]
             # [k + 2, cone rows - 1]: the QR's columns and b, transposed (Fortran order for LAPACK)
             q, r = thin_qr(np.concatenate((columns[:, zero + 1 :], b_tail)).T)
-            status, x, z = workspace.solve(
-                columns[:, :zero], program.b_eq, columns[:, zero], float(program.b_cone[0]), r, costs[extended]
-            )
             self.programs += 1
-            if status != "Solved":
+            solved = self._solve_restricted(columns, r, costs[extended])
+            if solved is None:
                 return None
-            n = workspace.size + 1
-            dual = np.concatenate([z[:zero], z[zero + n : zero + n + 1], q @ z[zero + n + 1 : zero + n + 1 + r.shape[0]]])
+            x, z_eq, z_cone = solved
+            dual = np.concatenate([z_eq, z_cone[:1], q @ z_cone[1:]])
             reduced = c + self._dual_rows.T @ dual
             reduced[working] = np.inf
             violators = (reduced < -tol).nonzero()[0]
@@ -267,3 +270,34 @@ class WorkingSetSolver:
                 return solution
             chosen.update(violators[np.argsort(reduced[violators])][:ADDED_PER_ROUND].tolist())
         return None
+
+    def _solve_restricted(
+        self, columns: np.ndarray, r: np.ndarray, cost: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """(x [k + 1], equality duals, cone duals in the compressed rows) of one restricted program
+        (columns [k + 1, rows]: the variables' equality and first cone rows, R: the QR's rows with
+        b last), or None where the solver reports no solution."""
+        program = self._program
+        assert program is not None
+        zero, k1 = program.a_eq.shape[0], cost.shape[0]
+        if self.restricted_solver == "clarabel":
+            workspace = self._workspace(k1 - 1)
+            status, x, z = workspace.solve(
+                columns[:, :zero], program.b_eq, columns[:, zero], float(program.b_cone[0]), r, cost
+            )
+            if status != "Solved":
+                return None
+            n = workspace.size + 1
+            return x, z[:zero], z[zero + n : zero + n + 1 + r.shape[0]]
+        from wdrbo_dist.acquisition import mmd_ipm  # numba: imported where this route runs
+
+        g = np.empty((1 + r.shape[0], k1))  # the cone's rows: its head, then R's
+        g[0] = columns[:, zero]
+        g[1:] = r[:, :k1]
+        h = np.empty(1 + r.shape[0])
+        h[0] = program.b_cone[0]
+        h[1:] = r[:, k1]
+        status, x, y, z, _ = mmd_ipm.solve_restricted(
+            np.ascontiguousarray(cost), np.ascontiguousarray(columns[:, :zero].T), program.b_eq, g, h
+        )
+        return (x, y, z) if status == mmd_ipm.SOLVED else None
