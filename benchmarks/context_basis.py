@@ -25,7 +25,8 @@ def main() -> None:
     add_run_arguments(parser, problems=["ackley"], seeds=6, algorithms=["erbo", "wdrbo", "sbo-kde"])
     parser.add_argument("--fidelity", default="paper", choices=["paper", "reference"])
     args = parser.parse_args()
-    compare(args.algorithms, args.problems, ROUTES, args.seeds, args.evaluations, args.fidelity, args.workers)
+    compare(args.algorithms, args.problems, ROUTES, args.seeds, args.evaluations, args.fidelity, args.workers,
+            first_seed=args.first_seed)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,8 @@ def main() -> None:
     if args.step:
         step_times([30, 40, 48, 60, 80, 99], [100, 512, 1024, 2048])
         return
-    compare(args.algorithms, args.problems, ROUTES, args.seeds, args.evaluations, "paper", args.workers)
+    compare(args.algorithms, args.problems, ROUTES, args.seeds, args.evaluations, "paper", args.workers,
+            first_seed=args.first_seed)
 
 
 if __name__ == "__main__":

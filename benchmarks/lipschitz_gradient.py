@@ -80,7 +80,8 @@ def main() -> None:
         for label, ms in step_times(args.n).items():
             print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, 10 candidates, n = {args.n})")
         return
-    compare(["wdrbo"], args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, "paper", args.workers)
+    compare(["wdrbo"], args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, "paper", args.workers,
+            first_seed=args.first_seed)
 
 
 if __name__ == "__main__":

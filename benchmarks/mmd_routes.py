@@ -45,7 +45,7 @@ def main() -> None:
     parser.add_argument("--fidelity", default="paper", choices=["paper", "reference"])
     args = parser.parse_args()
     compare(["drbo-mmd"], args.problems, {route: ROUTES[route] for route in args.routes}, args.seeds,
-            args.evaluations, args.fidelity, args.workers)
+            args.evaluations, args.fidelity, args.workers, first_seed=args.first_seed)
 
 
 if __name__ == "__main__":

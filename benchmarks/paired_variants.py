@@ -63,7 +63,8 @@ def add_run_arguments(
     if algorithms is not None:
         parser.add_argument("--algorithms", nargs="+", default=list(algorithms), choices=list(ALGORITHMS))
     parser.add_argument("--problems", nargs="+", default=list(problems), choices=problem_names())
-    parser.add_argument("--seeds", type=count, default=seeds, help="seeds 100, 101, ...")
+    parser.add_argument("--seeds", type=count, default=seeds, help="how many seeds: --first-seed, --first-seed + 1, ...")
+    parser.add_argument("--first-seed", type=count, default=100, help="the first seed (100: the study's)")
     parser.add_argument("--evaluations", type=count, default=100)
     parser.add_argument("--workers", type=count, default=2)
 
@@ -86,13 +87,14 @@ def compare(
     evaluations: int,
     fidelity: str,
     workers: int,
+    first_seed: int = 100,
 ) -> None:
-    """Run every (algorithm, problem, variant) on seeds 100.. and print the comparison."""
+    """Run every (algorithm, problem, variant) on seeds first_seed.. and print the comparison."""
     tasks, cell_of = [], {}
     for algorithm in algorithms:
         for problem in problems:
             for variant, options in variants.items():
-                for seed in range(100, 100 + seeds):
+                for seed in range(first_seed, first_seed + seeds):
                     spec = RunSpec.make(algorithm=algorithm, problem=problem, seed=seed, evaluations=evaluations,
                                         fidelity=fidelity, options=dict(options))
                     check_spec(spec)
@@ -131,6 +133,6 @@ def compare(
                     line += (f"   {test.median_difference:+.2f}, {test.losses}/{test.ties}/{test.wins}, "
                              f"p = {test.pvalue:.3f}")
                 print(line)
-    print(f"\n{seeds} seeds (100..{99 + seeds}), {evaluations} evaluations, {fidelity} profile; run s and regret: "
+    print(f"\n{seeds} seeds ({first_seed}..{first_seed + seeds - 1}), {evaluations} evaluations, {fidelity} profile; run s and regret: "
           "mean ± SE over seeds; median diff: this variant's regret minus the first's; lower/tied/higher: "
           "seeds where this variant's regret is so")

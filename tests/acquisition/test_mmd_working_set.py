@@ -216,7 +216,8 @@ def test_scheduling_cost_follows_the_solve_the_options_choose() -> None:
     def cost(fidelity: str, **options: object) -> float:
         return expected_cost(RunSpec.make(algorithm="drbo-mmd", problem="ackley", seed=1, fidelity=fidelity, options=options))
 
-    assert cost("paper") == cost("reference") < cost("paper", mmd_working_set=False) < cost("reference", mmd_solver="SCS")
+    assert cost("paper") < cost("reference") < cost("paper", mmd_working_set=False) < cost("reference", mmd_solver="SCS")
+    assert cost("paper", mmd_restricted_solver="clarabel") == cost("reference")  # the restricted programs' solver
 
 
 def test_thin_qr_is_numpys_qr_to_the_bit() -> None:
