@@ -2,8 +2,9 @@
 
 One parametrized CVXPY problem per run; per BO step the parameters are applied once and a
 solver workspace (Clarabel or SCS) is set up, then each candidate changes only the objective
-vector. With `working_set`, Clarabel first solves the program restricted to a few grid points
-and keeps the answer only when its dual certifies it optimal (mmd_working_set.py).
+vector. With `working_set`, the program restricted to a few grid points is solved first (by
+mmd_ipm.py's compiled method or by Clarabel: `restricted_solver`) and the answer kept only when
+its dual certifies it optimal (mmd_working_set.py).
 """
 
 from __future__ import annotations

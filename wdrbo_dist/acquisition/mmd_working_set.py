@@ -4,7 +4,9 @@ Why: the worst case p* of the MMD ball puts its mass on a few grid points (media
 on Ackley and Branin), yet a solve of the complete program factors a KKT system with every grid
 point and every row of the Gram factor, about 25,000 times per run. Here each candidate solves
 the same compiled program restricted to a small working set S of its variables, and keeps the
-answer only when the restricted solution is certified optimal for the complete program.
+answer only when the restricted solution is certified optimal for the complete program. The
+restricted programs are solved by Clarabel or, since 0.11.0 (`restricted_solver="compiled"`),
+by the dense interior-point method of mmd_ipm.py: the certificate below is the same for both.
 
 The restricted program: the compiled data (c, A, b, cones) with every variable outside S fixed
 at zero, plus one aggregate variable theta >= 0 along the ball's centre w (the column A w), so
