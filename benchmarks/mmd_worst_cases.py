@@ -78,6 +78,7 @@ def replay(calls: list[tuple[Any, ...]], restricted_solver: str) -> tuple[float,
 def main() -> None:
     from paired_variants import check_spec, count  # torch and the run machinery: not for `replay` alone
 
+    from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD
     from wdrbo_dist.run import RunSpec
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -88,8 +89,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=count, default=3)
     parser.add_argument("--first", type=count, default=None, help="replay only the first N recorded calls")
     parser.add_argument(
-        "--restricted-solver", choices=mmd_working_set.RESTRICTED_SOLVERS, default="clarabel",
-        help="what solves the restricted programs (option mmd_restricted_solver)",
+        "--restricted-solver", choices=mmd_working_set.RESTRICTED_SOLVERS,
+        default=DRBOMMD.OPTIONS["mmd_restricted_solver"].paper,  # what a recorded (paper) run uses
+        help="what solves the restricted programs (option mmd_restricted_solver; default: the paper profile's)",
     )
     args = parser.parse_args()
     if not args.calls.exists() and not args.calls.parent.is_dir():
