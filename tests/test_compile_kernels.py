@@ -1,0 +1,42 @@
+"""`make install` compiles every numba kernel of the package (wdrbo_dist/compile_kernels.py), so
+that no run or test pays numba's one-off compile: a kernel that its short runs do not reach is
+a kernel whose first real call compiles."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import pkgutil
+from pathlib import Path
+
+import wdrbo_dist
+from wdrbo_dist.compile_kernels import compile_kernels
+
+
+def _numba_modules() -> list[str]:
+    found = []
+    for module in pkgutil.walk_packages(wdrbo_dist.__path__, "wdrbo_dist."):
+        origin = importlib.util.find_spec(module.name).origin
+        if origin and "from numba import" in Path(origin).read_text():
+            found.append(module.name)
+    return found
+
+
+def _entry_kernels(module) -> dict:
+    """The kernels Python calls: those no other kernel of the module calls (a process that
+    loads a kernel from numba's cache loads the kernels it calls inside it)."""
+    kernels = {name: value for name, value in vars(module).items() if type(value).__name__ == "CPUDispatcher"}
+    sources = {name: inspect.getsource(kernel.py_func) for name, kernel in kernels.items()}
+    return {name: kernel for name, kernel in kernels.items()
+            if not any(f"{name}(" in source for other, source in sources.items() if other != name)}
+
+
+def test_the_install_step_compiles_every_numba_kernel_in_the_package(capsys):
+    modules = _numba_modules()
+    assert {"wdrbo_dist.acquisition.mmd_ipm", "wdrbo_dist.models.lipschitz"} <= set(modules)
+    compile_kernels()
+    entries = {f"{name}.{kernel}": dispatcher for name in modules
+               for kernel, dispatcher in _entry_kernels(importlib.import_module(name)).items()}
+    assert entries and [name for name, dispatcher in entries.items() if not dispatcher.signatures] == []
+    assert capsys.readouterr().out.count("compiled the kernels") == 2
