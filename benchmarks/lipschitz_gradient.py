@@ -32,19 +32,20 @@ COMPARISONS: dict[str, dict[str, dict[str, object]]] = {
 }
 
 
-def step_times(n: int, repeats: int = 5, calls: int = 300) -> dict[str, float]:
-    """ms per forward + backward of each acquisition for 10 candidates (Ackley's shapes)."""
+def step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 300) -> dict[str, float]:
+    """ms per forward + backward of each acquisition for 10 candidates: one decision dimension,
+    `dim_c` context dimensions (1: the basis route of the compiled kernel at n >~ 20; 2: V = I)."""
     import torch
 
     from wdrbo_dist.acquisition.wdrbo import WassersteinUCB
     from wdrbo_dist.models.gp import GaussianProcess
 
     generator = torch.Generator().manual_seed(0)
-    train = torch.rand(n, 2, generator=generator, dtype=torch.float64)  # Ackley: d_x = d_c = 1
+    train = torch.rand(n, 1 + dim_c, generator=generator, dtype=torch.float64)
     model = GaussianProcess(train, torch.randn(n, generator=generator, dtype=torch.float64),
-                            torch.tensor([0.2, 0.3], dtype=torch.float64), 1e-3, 0.1, context_basis=True)
+                            torch.tensor([0.2] + [0.3] * dim_c, dtype=torch.float64), 1e-3, 0.1, context_basis=True)
     nodes, weights = train[:, 1:], torch.full((n,), 1.0 / n, dtype=torch.float64)
-    points = torch.rand(100, 1, generator=generator, dtype=torch.float64)
+    points = torch.rand(100, dim_c, generator=generator, dtype=torch.float64)
     radius = 0.3 / n**0.5
     acquisitions = {
         "erbo (mean term)": WassersteinUCB(model, nodes, weights, 0.0, None, 1.5),
@@ -75,10 +76,12 @@ def main() -> None:
     parser.add_argument("--compare", choices=list(COMPARISONS), default="pass", help="which two routes to run")
     parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")
     parser.add_argument("--n", type=count, default=99, help="--step: training points of the GP")
+    parser.add_argument("--dim-c", type=count, default=1, help="--step: context dimensions")
     args = parser.parse_args()
     if args.step:
-        for label, ms in step_times(args.n).items():
-            print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, 10 candidates, n = {args.n})")
+        for label, ms in step_times(args.n, args.dim_c).items():
+            print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, 10 candidates, n = {args.n}, "
+                  f"d_c = {args.dim_c})")
         return
     compare(["wdrbo"], args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, "paper", args.workers,
             first_seed=args.first_seed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from wdrbo_dist.acquisition.base import BOState
@@ -175,14 +176,20 @@ def _paper_acquisitions(problem_name: str, n: int, options: list[dict]):
     return problem, acquisitions
 
 
-def test_compiled_lipschitz_pass_agrees_with_the_shared_pass() -> None:
+@pytest.mark.parametrize(("problem_name", "n", "identity"), [
+    ("ackley", 40, False),  # one context dimension: the points' numerical basis (r ~ 25 < n)
+    ("ackley", 15, True),  # few points: the basis would save nothing, V = I
+    ("modified-branin", 40, True),  # two context dimensions: V = I
+])
+def test_compiled_lipschitz_pass_agrees_with_the_shared_pass(problem_name: str, n: int, identity: bool) -> None:
     """Option `wdrbo_L_pass`: an Adam step's values and gradients agree to rounding, with L(x)
-    differentiated or detached, and without autograd."""
-    problem, (compiled, shared, compiled_detached, shared_detached) = _paper_acquisitions("ackley", 40, [
+    differentiated or detached, and without autograd, on the basis and on the identity."""
+    problem, (compiled, shared, compiled_detached, shared_detached) = _paper_acquisitions(problem_name, n, [
         {"wdrbo_L_pass": "compiled"}, {"wdrbo_L_pass": "shared"},
         {"wdrbo_L_pass": "compiled", "wdrbo_L_detached": True}, {"wdrbo_L_pass": "shared", "wdrbo_L_detached": True},
     ])
     assert compiled._compiled_lipschitz is not None and shared._compiled_lipschitz is None  # the route is taken
+    assert compiled._compiled_lipschitz.arguments[-1] is identity
     x = torch.rand(10, problem.dim_x, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
     for a, b in ((compiled, shared), (compiled_detached, shared_detached)):
         xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
@@ -216,13 +223,9 @@ def test_compiled_lipschitz_gradient_matches_finite_differences() -> None:
     assert torch.allclose(grad, numeric, rtol=1e-4, atol=1e-6)
 
 
-def test_compiled_lipschitz_pass_is_the_paper_default_and_falls_back_where_it_does_not_pay() -> None:
+def test_compiled_lipschitz_pass_is_the_paper_default_and_falls_back_where_it_cannot_serve() -> None:
     assert WDRBO.resolve_options("paper", {})["wdrbo_L_pass"] == "compiled"
     assert WDRBO.resolve_options("reference", {})["wdrbo_L_pass"] == "shared"
-    # Two context dimensions: the points' 300 vectors span about as many dimensions as the data,
-    # and the basis saves nothing.
-    _, (two,) = _paper_acquisitions("modified-branin", 40, [{}])
-    assert two._compiled_lipschitz is None
     # The autograd x-gradient of L(x) keeps the shared pass.
     _, (autograd,) = _paper_acquisitions("ackley", 40, [{"wdrbo_L_gradient": "autograd"}])
     assert autograd._compiled_lipschitz is None

@@ -122,8 +122,9 @@ class WDRBO(Algorithm):
         # 0.9.0 and before), or (`compiled`, the paper profile's since 0.10.0) the mean term by
         # ERBO's route and L(x) with its closed-form x-gradient in one numba kernel
         # (models/lipschitz.py): the same values to rounding, L(x)'s cost in an Adam step about
-        # halved. `compiled` needs wdrbo_L_gradient analytic and the numerical basis of the
-        # points' vectors (one context dimension, n >~ 20); elsewhere the shared pass serves.
+        # halved. `compiled` needs wdrbo_L_gradient analytic; it takes the numerical basis of
+        # the points' vectors where that saves work (one context dimension, n >~ 20) and, since
+        # 0.12.0, V = I elsewhere (before, the shared pass served there).
         "wdrbo_L_pass": Option("compiled", "shared", choices=("compiled", "shared")),
     }
 

@@ -12,8 +12,9 @@ The point side is the numerical basis V [n, r] of the points' kernel vectors kc_
 derivatives dkc_m/dc_d, built once per acquisition as `GaussianProcess.context_features` does:
 with a_m = V^T kc_m, da_md = V^T dkc_md and B_b = (kx_b * V)^T K^{-1} (kx_b * V) [r, r],
 sigma_bm^2 = 1 - a_m^T B_b a_m and dk^T K^{-1} k = da_md^T B_b a_m. Where the basis would not
-save work (about as many vectors as data) `CompiledLipschitz.build` gives None and WDRBO keeps
-its shared pass. numba is imported only here, when a WDRBO acquisition first takes this route.
+save work (about as many vectors as data: few points, or two context dimensions) the kernel
+takes V = I (since 0.12.0; before, WDRBO kept its shared pass there). numba is imported only
+here, when a WDRBO acquisition first takes this route.
 """
 
 from __future__ import annotations
@@ -32,26 +33,31 @@ class CompiledLipschitz:
     acquisition (`build`)."""
 
     def __init__(self, arguments: tuple) -> None:
-        self.arguments = arguments  # (train, lengthscale, inverse, weights, beta, points, basis, coefficients, derivatives)
+        self.arguments = arguments  # (train, lengthscale, inverse, weights, beta, points, basis, coefficients, derivatives, identity)
 
     @classmethod
     def build(cls, model: GaussianProcess, points: Tensor, beta: float) -> "CompiledLipschitz | None":
-        """None off the CPU, or where the basis needs more multiply-adds per candidate (the form
-        B_b and its products with the points' coefficients) than an [n, n] form per vector."""
+        """None off the CPU. The kernel takes the points' numerical basis where it needs fewer
+        multiply-adds per candidate (B_b [r, r] and its products with the M points'
+        coefficients) than the identity (V = I: B_b = kx_b kx_b^T * K^{-1} [n, n], entry by
+        entry, and its products): below ~20 points, or with two context dimensions, the
+        vectors span about as many dimensions as the data."""
         if points.device.type != "cpu" or points.dtype != torch.float64:
             return None
         vectors = model.context_gradient_vectors(points)  # [1 + d_c, M, n]: kc_m, then dkc_m / dc_d
-        n, rows = model.n, vectors.shape[0] * vectors.shape[1]
+        n, m_points, rows = model.n, vectors.shape[1], vectors.shape[0] * vectors.shape[1]
         basis, _ = numerical_basis(vectors.reshape(rows, n))
         r = basis.shape[1]
-        if r == 0 or n * n * r + n * r * r + rows * r * r >= rows * n * n:
-            return None
+        identity = r == 0 or n * n * r + n * r * r + m_points * r * r >= (m_points + 1) * n * n
+        if identity:
+            basis, coefficients = basis.new_empty(n, 0), vectors
+        else:
+            coefficients = vectors @ basis  # [1 + d_c, M, r]: a_m, then da_md
         arrays = (
-            model.train_x, model.lengthscale, model.inverse, model.weights, float(beta), points, basis,
-            vectors @ basis,  # [1 + d_c, M, r]: a_m, then da_md
+            model.train_x, model.lengthscale, model.inverse, model.weights, float(beta), points, basis, coefficients,
             vectors[1:].reshape(-1, n).T,  # [n, d_c M]: dkc_m / dc_d in column d M + m (exact, for the mean)
         )
-        return cls(tuple(a if isinstance(a, float) else np.ascontiguousarray(a.numpy()) for a in arrays))
+        return cls(tuple(a if isinstance(a, float) else np.ascontiguousarray(a.numpy()) for a in arrays) + (identity,))
 
     def __call__(self, x: Tensor) -> Tensor:
         return _LipschitzPenalty.apply(x, self.arguments)
@@ -73,16 +79,17 @@ class _LipschitzPenalty(torch.autograd.Function):
 
 
 @njit(cache=True)
-def _penalty_and_jacobian(x, train, lengthscale, inverse, alpha, beta, points, basis, coefficients, derivatives):  # type: ignore[no-untyped-def]
+def _penalty_and_jacobian(x, train, lengthscale, inverse, alpha, beta, points, basis, coefficients, derivatives,  # type: ignore[no-untyped-def]
+                          identity):
     """(L [b], dL/dx [b, d_x]): the norms at every point, each candidate's first maximiser
-    (torch's argmax), then the context gradient and its x-gradient there."""
+    (torch's argmax), then the context gradient and its x-gradient there. `identity`: V = I
+    (`basis` unused, the coefficients are the vectors themselves)."""
     b, dim_x = x.shape
     n, dim = train.shape
     dim_c = dim - dim_x
-    m_points, r = points.shape[0], basis.shape[1]
+    m_points, r = coefficients.shape[1], coefficients.shape[2]
     inverse_l2 = 1.0 / (lengthscale * lengthscale)
-    # the candidates' side of the forms: W_b = kx_b * V, S_b = W_b^T K^{-1} (K^{-1} symmetric)
-    weighted_basis = np.empty((b * r, n))
+    kx = np.empty((b, n))
     weighted_alpha = np.empty((b, n))
     for j in range(b):
         for i in range(n):
@@ -90,28 +97,41 @@ def _penalty_and_jacobian(x, train, lengthscale, inverse, alpha, beta, points, b
             for e in range(dim_x):
                 t = x[j, e] - train[i, e]
                 s += t * t * inverse_l2[e]
-            k = np.exp(-0.5 * s)
-            weighted_alpha[j, i] = k * alpha[i]
-            for q in range(r):
-                weighted_basis[j * r + q, i] = k * basis[i, q]
-    solved = weighted_basis @ inverse  # [b r, n]
+            kx[j, i] = np.exp(-0.5 * s)
+            weighted_alpha[j, i] = kx[j, i] * alpha[i]
+    # the candidates' forms B_b side by side, for one product with the points' coefficients
+    forms = np.empty((r, b * r))
+    if identity:
+        for j in range(b):
+            for p in range(n):
+                for q in range(n):
+                    forms[p, j * r + q] = kx[j, p] * inverse[p, q] * kx[j, q]
+    else:  # W_b = kx_b * V, S_b = W_b^T K^{-1} (K^{-1} symmetric), B_b = S_b W_b
+        weighted_basis = np.empty((b * r, n))
+        for j in range(b):
+            for i in range(n):
+                for q in range(r):
+                    weighted_basis[j * r + q, i] = kx[j, i] * basis[i, q]
+        solved = weighted_basis @ inverse  # [b r, n]
+        for j in range(b):
+            forms[:, j * r:(j + 1) * r] = solved[j * r:(j + 1) * r] @ weighted_basis[j * r:(j + 1) * r].T
     d_mean = weighted_alpha @ derivatives  # [b, d_c M]
     a = coefficients[0]  # [M, r]
+    products = a @ forms  # [M, b r]: (B_b a_m)^T in columns j r .. j r + r - 1
     best = np.empty(b, np.int64)
     for j in range(b):
-        form = solved[j * r:(j + 1) * r] @ weighted_basis[j * r:(j + 1) * r].T  # B_b [r, r]
-        products = a @ form  # [M, r]: (B_b a_m)^T
+        col = j * r
         top, arg = -1.0, 0
         for m in range(m_points):
             quad = 0.0
             for q in range(r):
-                quad += products[m, q] * a[m, q]
+                quad += products[m, col + q] * a[m, q]
             sigma = np.sqrt(max(1.0 - quad, VARIANCE_FLOOR))
             norm2 = 0.0
             for d in range(dim_c):
                 numerator = 0.0
                 for q in range(r):
-                    numerator += products[m, q] * coefficients[1 + d, m, q]
+                    numerator += products[m, col + q] * coefficients[1 + d, m, q]
                 g = d_mean[j, d * m_points + m] - beta * numerator / sigma
                 norm2 += g * g
             if norm2 > top:
