@@ -1,19 +1,20 @@
-"""WDRBO's differentiated L(x) (paper profile) in an Adam step, two choices. `--compare pass`
-(the default): L(x) in the mean term's pass with the Jacobian in NumPy (option `wdrbo_L_pass:
-shared`, 0.9.0's records) or in one compiled kernel beside ERBO's mean term (`compiled`, the
-default since 0.10.0). `--compare gradient`: its x-gradient in closed form (option
-`wdrbo_L_gradient: analytic`, since 0.7.0) or by autograd's double backward (0.6.0's records),
-both on the shared pass. Same method? At what speed?
+"""ERBO's and WDRBO's Adam step (paper profile), two choices. `--compare pass` (the default):
+the acquisition and its x-gradient by torch's autograd, WDRBO's L(x) in the mean term's pass
+with the Jacobian in NumPy (option `adam_pass: torch`, the reference profile's; 0.9.0's records
+for WDRBO, 0.11.0's for ERBO), or the mean term and L(x) with closed-form x-gradients in one
+compiled kernel (`compiled`, the paper profile's since 0.12.0). `--compare gradient`: WDRBO's
+x-gradient of L(x) in closed form (option `wdrbo_L_gradient: analytic`, since 0.7.0) or by
+autograd's double backward (0.6.0's records), both on torch's pass. Same method? At what speed?
 
 Each pair agrees to ~1e-12 relative (tests/acquisition/test_wdrbo.py), which is enough for one
 seed's trajectories to part after a few BO steps, so the routes are compared over seeds, paired
 (`paired_variants.py`). `--step` prints instead what one Adam step costs (forward and backward
-of the acquisition for 10 candidates on a GP of n points, one thread, best of 5 repeats of 300),
-for ERBO's mean term, WDRBO with L(x) detached (the reference profile) and the three routes.
+of the acquisition for 10 candidates on a GP of n points, one thread, best of 5 repeats of 300).
 
     .venv/bin/python benchmarks/lipschitz_gradient.py --step                 # ms per Adam step, n = 99
-    .venv/bin/python benchmarks/lipschitz_gradient.py                        # Ackley and Newsvendor, 10 seeds
-    .venv/bin/python benchmarks/lipschitz_gradient.py --compare gradient --problems toy-general --seeds 15
+    .venv/bin/python benchmarks/lipschitz_gradient.py --step --n 40 --dim-c 2
+    .venv/bin/python benchmarks/lipschitz_gradient.py                        # ERBO and WDRBO, Ackley and Newsvendor, 10 seeds
+    .venv/bin/python benchmarks/lipschitz_gradient.py --compare gradient --algorithms wdrbo --problems toy-general --seeds 15
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import time
 from paired_variants import add_run_arguments, compare, count  # sets one thread per process before torch is imported
 
 COMPARISONS: dict[str, dict[str, dict[str, object]]] = {
-    "pass": {"shared": {"wdrbo_L_pass": "shared"}, "compiled": {"wdrbo_L_pass": "compiled"}},
+    "pass": {"torch": {"adam_pass": "torch"}, "compiled": {"adam_pass": "compiled"}},
     "gradient": {
-        "autograd": {"wdrbo_L_gradient": "autograd", "wdrbo_L_pass": "shared"},
-        "analytic": {"wdrbo_L_gradient": "analytic", "wdrbo_L_pass": "shared"},
+        "autograd": {"wdrbo_L_gradient": "autograd", "adam_pass": "torch"},
+        "analytic": {"wdrbo_L_gradient": "analytic", "adam_pass": "torch"},
     },
 }
 
@@ -48,14 +49,15 @@ def step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 300) -> di
     points = torch.rand(100, dim_c, generator=generator, dtype=torch.float64)
     radius = 0.3 / n**0.5
     acquisitions = {
-        "erbo (mean term)": WassersteinUCB(model, nodes, weights, 0.0, None, 1.5),
+        "erbo, torch": WassersteinUCB(model, nodes, weights, 0.0, None, 1.5),
+        "erbo, compiled": WassersteinUCB(model, nodes, weights, 0.0, None, 1.5, compiled=True),
         "wdrbo, L detached": WassersteinUCB(model, nodes, weights, radius, points, 1.5, detach_lipschitz=True),
         "wdrbo, autograd": WassersteinUCB(model, nodes, weights, radius, points, 1.5, detach_lipschitz=False,
                                           analytic_gradient=False),
-        "wdrbo, analytic": WassersteinUCB(model, nodes, weights, radius, points, 1.5, detach_lipschitz=False,
-                                          analytic_gradient=True),
+        "wdrbo, torch": WassersteinUCB(model, nodes, weights, radius, points, 1.5, detach_lipschitz=False,
+                                       analytic_gradient=True),
         "wdrbo, compiled": WassersteinUCB(model, nodes, weights, radius, points, 1.5, detach_lipschitz=False,
-                                          compiled_lipschitz=True),
+                                          compiled=True),
     }
     x = torch.rand(10, 1, generator=generator, dtype=torch.float64).requires_grad_(True)
     best = {label: float("inf") for label in acquisitions}
@@ -73,6 +75,8 @@ def step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 300) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, problems=["ackley", "newsvendor"], seeds=10)
+    parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo"], default=["erbo", "wdrbo"],
+                        help="--compare pass: whose routes (gradient: WDRBO's only)")
     parser.add_argument("--compare", choices=list(COMPARISONS), default="pass", help="which two routes to run")
     parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")
     parser.add_argument("--n", type=count, default=99, help="--step: training points of the GP")
@@ -83,7 +87,8 @@ def main() -> None:
             print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, 10 candidates, n = {args.n}, "
                   f"d_c = {args.dim_c})")
         return
-    compare(["wdrbo"], args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, "paper", args.workers,
+    algorithms = args.algorithms if args.compare == "pass" else ["wdrbo"]
+    compare(algorithms, args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, "paper", args.workers,
             first_seed=args.first_seed)
 
 

@@ -18,9 +18,18 @@ from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.models.gp import GaussianProcess
 
-# `wdrbo_L_pass: compiled` serves calls of at most this many candidates (Adam's restarts); the
-# screening pass's hundreds keep the shared pass, whose products run at BLAS speed.
+# `adam_pass: compiled` serves calls of at most this many candidates (Adam's restarts); the
+# screening pass's hundreds keep torch's pass, whose products run at BLAS speed.
 COMPILED_MAX_BATCH = 16
+
+# How an Adam step (a few candidates, CPU) gets the acquisition and its x-gradient: by torch's
+# autograd through the GP's routes, L(x) in the mean term's pass over the observed contexts
+# (`torch`, the reference profile's, the records of 0.9.0 for WDRBO and of 0.11.0 for ERBO), or
+# (`compiled`, the paper profile's since 0.12.0) the mean term, L(x) and their closed-form
+# x-gradients in one numba kernel (models/compiled_ucb.py): the same values to rounding, an
+# Adam step 2-4x cheaper. `compiled` needs WDRBO's wdrbo_L_gradient analytic.
+# 0.10.0-0.11.0's paper route (L(x) compiled, the mean term by torch) was replaced by it.
+ADAM_PASS = Option("compiled", "torch", choices=("compiled", "torch"))
 
 
 class WassersteinUCB(Acquisition):
@@ -36,7 +45,7 @@ class WassersteinUCB(Acquisition):
         beta: float,
         detach_lipschitz: bool = True,
         analytic_gradient: bool = True,
-        compiled_lipschitz: bool = False,
+        compiled: bool = False,
     ) -> None:
         super().__init__(radius=radius)
         self.model = model
@@ -52,11 +61,15 @@ class WassersteinUCB(Acquisition):
         self._all_features = (
             model.context_features(nodes, lipschitz_points) if radius > 0 and lipschitz_points is not None else None
         )
-        self._compiled_lipschitz = None
-        if self._all_features is not None and compiled_lipschitz and analytic_gradient:
-            from wdrbo_dist.models.lipschitz import CompiledLipschitz  # imports numba: only where it is used
+        self._compiled = None
+        if compiled and (self._all_features is None or analytic_gradient):
+            from wdrbo_dist.models.compiled_ucb import CompiledUCB  # imports numba: only where it is used
 
-            self._compiled_lipschitz = CompiledLipschitz.build(model, lipschitz_points, beta)
+            with_points = self._all_features is not None
+            self._compiled = CompiledUCB.build(
+                model, nodes, weights, lipschitz_points if with_points else None, beta,
+                radius=radius if with_points else 0.0, detach_lipschitz=detach_lipschitz,
+            )
 
     def expected_ucb(self, x: Tensor) -> Tensor:
         ucb, _ = self.model.ucb_from_features(x, self._mean_features, self.beta)
@@ -70,14 +83,10 @@ class WassersteinUCB(Acquisition):
         return grad.norm(dim=-1).amax(dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
+        if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)
+            return self._compiled(x)
         if self._all_features is None:
             return self.expected_ucb(x)
-        if self._compiled_lipschitz is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)
-            # The mean term by ERBO's route; L(x) and its x-gradient in one compiled call.
-            penalty = self._compiled_lipschitz(x)
-            if self.detach_lipschitz:
-                penalty = penalty.detach()
-            return self.expected_ucb(x) - self.radius * penalty
         # One pass shares the candidate-side work between the mean term and L(x); the context
         # gradients at the Lipschitz points stay outside autograd.
         ucb, grad = self.model.ucb_from_features(x, self._all_features, self.beta, detach_gradient=True)
@@ -117,15 +126,7 @@ class WDRBO(Algorithm):
         # maps the same uniform draws, at every step, onto the smallest box that holds the
         # domain box and every observed context: the toy's contexts (not clipped) leave [0, 1].
         "wdrbo_L_cover_observed": Option(True, False),
-        # Where an Adam step (a few candidates, CPU) gets L(x): in the mean term's pass over the
-        # observed contexts, with the Jacobian at the argmax in NumPy (`shared`, the records of
-        # 0.9.0 and before), or (`compiled`, the paper profile's since 0.10.0) the mean term by
-        # ERBO's route and L(x) with its closed-form x-gradient in one numba kernel
-        # (models/lipschitz.py): the same values to rounding, L(x)'s cost in an Adam step about
-        # halved. `compiled` needs wdrbo_L_gradient analytic; it takes the numerical basis of
-        # the points' vectors where that saves work (one context dimension, n >~ 20) and, since
-        # 0.12.0, V = I elsewhere (before, the shared pass served there).
-        "wdrbo_L_pass": Option("compiled", "shared", choices=("compiled", "shared")),
+        "adam_pass": ADAM_PASS,
     }
 
     def setup(self, state: BOState, generator: torch.Generator) -> None:
@@ -173,7 +174,7 @@ class WDRBO(Algorithm):
             beta=float(self.options["beta"]),
             detach_lipschitz=bool(self.options.get("wdrbo_L_detached", True)),  # ERBO: no L term
             analytic_gradient=self.options.get("wdrbo_L_gradient") != "autograd",  # ERBO: no L term
-            compiled_lipschitz=self.options.get("wdrbo_L_pass") == "compiled",  # ERBO: no L term
+            compiled=self.options["adam_pass"] == "compiled",
         )
 
 
@@ -183,7 +184,7 @@ class ERBO(WDRBO):
     colour = "#1f77b4"
     description = "Empirical-risk BO: mean UCB over the observed contexts (WDRBO with eps = 0)"
     relative_cost = 1.0
-    OPTIONS = {}
+    OPTIONS = {"adam_pass": ADAM_PASS}
 
     def setup(self, state: BOState, generator: torch.Generator) -> None:
         # The reference draws one dummy Lipschitz point and multiplies its term by 0; skipped.

@@ -1,0 +1,268 @@
+"""ERBO's and WDRBO's acquisition for an Adam step in one compiled call (option `adam_pass: compiled`).
+
+An Adam step asks, for a few candidates x_b and differentiably in x, for the mean UCB over the
+centre's contexts c_j (weights w_j) and, in WDRBO, L(x_b) = max_m ||grad_c UCB(x_b, c_m)|| over
+M Lipschitz points. The arithmetic is small (a few M multiply-adds at n = 99) but torch takes
+it in dozens of calls at several us each, forward and backward. Here one numba kernel (its
+products in BLAS) returns the values and their closed-form x-gradients.
+
+All context-side vectors (kc_j of the centre, kc_m and dkc_m/dc_d of the points) go through
+one numerical basis V [n, r] built once per acquisition: with a = V^T kc and
+B_b = (kx_b * V)^T K^{-1} (kx_b * V) [r, r], a posterior variance is 1 - a^T B_b a and
+dk^T K^{-1} k = da^T B_b a. Where the basis would not save work (about as many vectors as
+data: few points, or two context dimensions) the kernel takes V = I.
+
+The mean term: E_b = c0 + (kx_b * alpha) . u + beta sum_j w_j sigma_bj with u = sum_j w_j kc_j
+(exact). Its x-gradient, with g_bie = -(x_be - z_ie) / l_e^2 and c_bj = w_j / sigma_bj where
+the variance is above the floor (0 below it, as torch's clamp):
+    dE_b/dx_be = sum_i kx_bi g_bie (alpha_i u_i - beta Z_bi),
+    Z_bi = sum_j c_bj kc_ji (K^{-1} (kx_b * kc_j))_i = sum_q S_b[q, i] (V G_b)[i, q],
+where S_b = (kx_b * V)^T K^{-1} and G_b = sum_j c_bj a_j a_j^T. L(x) and its x-gradient at each
+candidate's first maximiser (torch's argmax) follow `gp.context_gradient_jacobian` (its
+docstring derives them). numba is imported only here, when an acquisition first takes this route.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from numba import njit
+from torch import Tensor
+
+from wdrbo_dist.models.gp import VARIANCE_FLOOR, GaussianProcess, numerical_basis, rbf
+
+
+class CompiledUCB:
+    """x [b, d_x] -> E(x) - radius * L(x) [b], differentiable in x (L's gradient left out when
+    `detach_lipschitz`): the kernel's arguments but the candidates, as C-contiguous float64
+    arrays, built once per acquisition (`build`)."""
+
+    def __init__(self, arguments: tuple, radius: float, detach_lipschitz: bool) -> None:
+        self.arguments = arguments
+        self.radius = radius
+        self.detach_lipschitz = detach_lipschitz
+
+    @property
+    def identity(self) -> bool:
+        return bool(self.arguments[7])
+
+    @classmethod
+    def build(cls, model: GaussianProcess, nodes: Tensor, weights: Tensor, points: Tensor | None, beta: float,
+              radius: float = 0.0, detach_lipschitz: bool = False) -> "CompiledUCB | None":
+        """None off the CPU or float64. `points` None: no L term (ERBO). The basis is taken where
+        it needs fewer multiply-adds per candidate (S_b, B_b, their products with the vectors'
+        coefficients) than V = I."""
+        tensors = [model.train_x, nodes, weights] + ([] if points is None else [points])
+        if any(t.device.type != "cpu" or t.dtype != torch.float64 for t in tensors):
+            return None
+        dim_c = nodes.shape[-1]
+        n = model.n
+        centre = rbf(nodes, model.train_x[:, -dim_c:], model.lengthscale[-dim_c:])  # [N, n]
+        if points is None:
+            points = nodes.new_empty(0, dim_c)
+        gradient_vectors = model.context_gradient_vectors(points)  # [1 + d_c, M, n]
+        rows = torch.cat([centre, gradient_vectors.reshape(-1, n)])
+        basis, _ = numerical_basis(rows)
+        r, used = basis.shape[1], centre.shape[0] + points.shape[0]  # rows multiplied by the forms
+        identity = r == 0 or n * n * r + (2 * n + used) * r * r >= (used + 1) * n * n
+        if identity:
+            basis = basis.new_empty(n, 0)
+            centre_coefficients, coefficients = centre, gradient_vectors
+        else:
+            centre_coefficients, coefficients = centre @ basis, gradient_vectors @ basis
+        arrays = (
+            model.train_x, model.lengthscale, model.inverse, model.weights, float(model.mean_constant), float(beta),
+            basis, identity, centre_coefficients, weights, weights @ centre,  # u = sum_j w_j kc_j, exact
+            points, coefficients,  # [1 + d_c, M, r]: a_m, then da_md
+            gradient_vectors[1:].reshape(-1, n).T,  # [n, d_c M]: dkc_m / dc_d in column d M + m (exact)
+        )
+        arguments = tuple(a if isinstance(a, (bool, float)) else np.ascontiguousarray(a.numpy()) for a in arrays)
+        return cls(arguments, float(radius), detach_lipschitz)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return _CompiledValue.apply(x, self)
+
+
+class _CompiledValue(torch.autograd.Function):
+    """The forward pass computes the value and its x-gradient; the backward pass scales it."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, acquisition: CompiledUCB) -> Tensor:  # type: ignore[override]
+        mean, d_mean, norm, d_norm = _acquisition_terms(np.ascontiguousarray(x.detach().numpy()),
+                                                        *acquisition.arguments)
+        if acquisition.radius:
+            value = mean - acquisition.radius * norm
+            if not acquisition.detach_lipschitz:
+                d_mean = d_mean - acquisition.radius * d_norm
+        else:
+            value = mean
+        ctx.save_for_backward(torch.from_numpy(d_mean))
+        return torch.from_numpy(value)
+
+    @staticmethod
+    def backward(ctx, grad_value: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        (jacobian,) = ctx.saved_tensors
+        return grad_value.unsqueeze(-1) * jacobian, None
+
+
+@njit(cache=True)
+def _acquisition_terms(x, train, lengthscale, inverse, alpha, mean_constant, beta, basis, identity,  # type: ignore[no-untyped-def]
+                       centre_coefficients, centre_weights, centre_mean, points, coefficients, derivatives):
+    """(E [b], dE/dx [b, d_x], L [b], dL/dx [b, d_x]); L = 0 without points. `identity`: V = I
+    (`basis` unused, the coefficients are the vectors themselves)."""
+    b, dim_x = x.shape
+    n, dim = train.shape
+    dim_c = dim - dim_x
+    r = n if identity else basis.shape[1]
+    n_centre, m_points = centre_coefficients.shape[0], points.shape[0]
+    inverse_l2 = 1.0 / (lengthscale * lengthscale)
+    kx = np.empty((b, n))
+    weighted_alpha = np.empty((b, n))
+    for j in range(b):
+        for i in range(n):
+            s = 0.0
+            for e in range(dim_x):
+                t = x[j, e] - train[i, e]
+                s += t * t * inverse_l2[e]
+            kx[j, i] = np.exp(-0.5 * s)
+            weighted_alpha[j, i] = kx[j, i] * alpha[i]
+    # S_b = (kx_b * V)^T K^{-1} stacked [b r, n]; the forms B_b = S_b (kx_b * V) side by side [r, b r]
+    forms = np.empty((r, b * r))
+    if identity:
+        solved = np.empty((b * r, n))
+        for j in range(b):
+            for p in range(n):
+                for q in range(n):
+                    solved[j * r + p, q] = kx[j, p] * inverse[p, q]
+                    forms[p, j * r + q] = solved[j * r + p, q] * kx[j, q]
+    else:
+        weighted_basis = np.empty((b * r, n))
+        for j in range(b):
+            for i in range(n):
+                for q in range(r):
+                    weighted_basis[j * r + q, i] = kx[j, i] * basis[i, q]
+        solved = weighted_basis @ inverse  # K^{-1} symmetric
+        for j in range(b):
+            forms[:, j * r:(j + 1) * r] = solved[j * r:(j + 1) * r] @ weighted_basis[j * r:(j + 1) * r].T
+
+    # The mean term over the centre's contexts.
+    weight_sum = 0.0
+    for c in range(n_centre):
+        weight_sum += centre_weights[c]
+    centre_products = centre_coefficients @ forms  # [N, b r]: (B_b a_j)^T
+    scaled_coefficients = np.empty((n_centre, b * r))  # c_bj a_j, side by side
+    mean = np.empty(b)
+    for j in range(b):
+        col = j * r
+        spread = 0.0
+        for c in range(n_centre):
+            quad = 0.0
+            for q in range(r):
+                quad += centre_products[c, col + q] * centre_coefficients[c, q]
+            variance = 1.0 - quad
+            sigma = np.sqrt(max(variance, VARIANCE_FLOOR))
+            spread += centre_weights[c] * sigma
+            factor = centre_weights[c] / sigma if variance > VARIANCE_FLOOR else 0.0
+            for q in range(r):
+                scaled_coefficients[c, col + q] = factor * centre_coefficients[c, q]
+        level = 0.0
+        for i in range(n):
+            level += weighted_alpha[j, i] * centre_mean[i]
+        mean[j] = mean_constant * weight_sum + level + beta * spread
+    grams = centre_coefficients.T @ scaled_coefficients  # [r, b r]: G_b side by side
+    if not identity:
+        grams = basis @ grams  # V G_b
+    d_mean = np.zeros((b, dim_x))
+    for j in range(b):
+        col = j * r
+        for i in range(n):
+            z = 0.0
+            for q in range(r):
+                z += solved[col + q, i] * grams[i, col + q]
+            weight = kx[j, i] * (alpha[i] * centre_mean[i] - beta * z)
+            for e in range(dim_x):
+                d_mean[j, e] -= weight * (x[j, e] - train[i, e]) * inverse_l2[e]
+
+    norm = np.zeros(b)
+    jacobian = np.zeros((b, dim_x))
+    if m_points == 0:
+        return mean, d_mean, norm, jacobian
+    # L(x): the norms at every point and each candidate's first maximiser.
+    d_point_mean = weighted_alpha @ derivatives  # [b, d_c M]
+    a = coefficients[0]  # [M, r]
+    products = a @ forms  # [M, b r]: (B_b a_m)^T
+    best = np.empty(b, np.int64)
+    for j in range(b):
+        col = j * r
+        top, arg = -1.0, 0
+        for m in range(m_points):
+            quad = 0.0
+            for q in range(r):
+                quad += products[m, col + q] * a[m, q]
+            sigma = np.sqrt(max(1.0 - quad, VARIANCE_FLOOR))
+            norm2 = 0.0
+            for d in range(dim_c):
+                numerator = 0.0
+                for q in range(r):
+                    numerator += products[m, col + q] * coefficients[1 + d, m, q]
+                g = d_point_mean[j, d * m_points + m] - beta * numerator / sigma
+                norm2 += g * g
+            if norm2 > top:
+                top, arg = norm2, m
+        best[j] = arg
+    # At z_b = [x_b, c_best]: k, and the columns k, dk/dx_e for one product with K^{-1}.
+    width = 1 + dim_x
+    scaled = np.empty((b, n, dim))  # (z - z_i) / l^2
+    columns = np.empty((n, b * width))
+    for j in range(b):
+        for i in range(n):
+            s = 0.0
+            for e in range(dim):
+                z = x[j, e] if e < dim_x else points[best[j], e - dim_x]
+                offset = z - train[i, e]
+                scaled[j, i, e] = offset * inverse_l2[e]
+                s += offset * offset * inverse_l2[e]
+            k = np.exp(-0.5 * s)
+            columns[i, j * width] = k
+            for e in range(dim_x):
+                columns[i, j * width + 1 + e] = -k * scaled[j, i, e]
+    inverse_columns = inverse @ columns  # w = K^{-1} k, K^{-1} dk_x
+    numerator = np.empty(dim_c)
+    gradient = np.empty(dim_c)
+    d_k_c = np.empty((n, dim_c))
+    for j in range(b):
+        col = j * width
+        var = 1.0
+        for i in range(n):
+            var -= inverse_columns[i, col] * columns[i, col]
+        sigma = np.sqrt(max(var, VARIANCE_FLOOR))
+        for d in range(dim_c):
+            nu, mu = 0.0, 0.0
+            for i in range(n):
+                d_k_c[i, d] = -columns[i, col] * scaled[j, i, dim_x + d]
+                nu += d_k_c[i, d] * inverse_columns[i, col]
+                mu += d_k_c[i, d] * alpha[i]
+            numerator[d] = nu
+            gradient[d] = mu - beta * nu / sigma
+        total = 0.0
+        for d in range(dim_c):
+            total += gradient[d] * gradient[d]
+        norm[j] = np.sqrt(total)
+        if norm[j] == 0.0:
+            continue
+        for e in range(dim_x):
+            d_sigma = 0.0
+            if var > VARIANCE_FLOOR:
+                for i in range(n):
+                    d_sigma += columns[i, col + 1 + e] * inverse_columns[i, col]
+                d_sigma = -d_sigma / sigma
+            dot = 0.0
+            for d in range(dim_c):
+                acc = beta / (sigma * sigma) * numerator[d] * d_sigma
+                for i in range(n):
+                    inner = (-scaled[j, i, e] * (alpha[i] - beta * inverse_columns[i, col] / sigma)
+                             - beta / sigma * inverse_columns[i, col + 1 + e])
+                    acc += d_k_c[i, d] * inner
+                dot += gradient[d] * acc
+            jacobian[j, e] = dot / norm[j]
+    return mean, d_mean, norm, jacobian
