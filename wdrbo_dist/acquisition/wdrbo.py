@@ -16,20 +16,9 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
+from wdrbo_dist.acquisition.compiled import ADAM_PASS, COMPILED_MAX_BATCH, compiled_mean_ucb
 from wdrbo_dist.models.gp import GaussianProcess
 
-# `adam_pass: compiled` serves calls of at most this many candidates (Adam's restarts); the
-# screening pass's hundreds keep torch's pass, whose products run at BLAS speed.
-COMPILED_MAX_BATCH = 16
-
-# How an Adam step (a few candidates, CPU) gets the acquisition and its x-gradient: by torch's
-# autograd through the GP's routes, L(x) in the mean term's pass over the observed contexts
-# (`torch`, the reference profile's, the records of 0.9.0 for WDRBO and of 0.11.0 for ERBO), or
-# (`compiled`, the paper profile's since 0.12.0) the mean term, L(x) and their closed-form
-# x-gradients in one numba kernel (models/compiled_ucb.py): the same values to rounding, an
-# Adam step 2-4x cheaper. `compiled` needs WDRBO's wdrbo_L_gradient analytic.
-# 0.10.0-0.11.0's paper route (L(x) compiled, the mean term by torch) was replaced by it.
-ADAM_PASS = Option("compiled", "torch", choices=("compiled", "torch"))
 
 
 class WassersteinUCB(Acquisition):
@@ -63,11 +52,9 @@ class WassersteinUCB(Acquisition):
         )
         self._compiled = None
         if compiled and (self._all_features is None or analytic_gradient):
-            from wdrbo_dist.models.compiled_ucb import CompiledUCB  # imports numba: only where it is used
-
             with_points = self._all_features is not None
-            self._compiled = CompiledUCB.build(
-                model, nodes, weights, lipschitz_points if with_points else None, beta,
+            self._compiled = compiled_mean_ucb(
+                model, nodes, weights, beta, lipschitz_points if with_points else None,
                 radius=radius if with_points else 0.0, detach_lipschitz=detach_lipschitz,
             )
 

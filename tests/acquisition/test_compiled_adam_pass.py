@@ -1,0 +1,96 @@
+"""The compiled Adam step (option `adam_pass`, models/compiled_ucb.py) of the acquisitions that
+are a weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO: ERBO, WDRBO, SBO-KDE. It
+computes torch's values and gradients to rounding, on the basis route and on V = I."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wdrbo_dist.acquisition.sbo_kde import SBOKDE
+from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
+from wdrbo_dist.models.compiled_ucb import CompiledUCB
+
+from test_wdrbo import _state_and_model
+
+
+def _paper_acquisitions(problem_name: str, n: int, options: list[dict], algorithm=WDRBO):
+    problem, state, model = _state_and_model(problem_name, n=n)
+    acquisitions = []
+    for extra in options:
+        algo = algorithm(problem, "paper", extra)
+        algo.setup(state, torch.Generator().manual_seed(1))
+        acquisitions.append(algo.acquisition(model, state, torch.Generator().manual_seed(2)))
+    return problem, acquisitions
+
+
+@pytest.mark.parametrize(("algorithm", "problem_name", "n", "identity"), [
+    (WDRBO, "ackley", 40, False),  # one context dimension: the vectors' numerical basis (r ~ 25 < n)
+    (WDRBO, "ackley", 15, True),  # few points: the basis would save nothing, V = I
+    (WDRBO, "modified-branin", 40, True),  # two context dimensions: V = I
+    (ERBO, "ackley", 40, False),
+    (ERBO, "modified-branin", 40, True),
+    (ERBO, "toy-general", 30, True),  # the general setting: the centre's quadrature (64 nodes), not the data
+    (SBOKDE, "ackley", 40, False),  # 512 KDE samples, equal weights
+    (SBOKDE, "modified-branin", 30, True),
+])
+def test_compiled_adam_pass_agrees_with_torch(algorithm, problem_name: str, n: int, identity: bool) -> None:
+    """Option `adam_pass`: an Adam step's values and gradients agree to rounding, with L(x)
+    differentiated or detached, and without autograd, on the basis and on the identity."""
+    variants = [{"adam_pass": "compiled"}, {"adam_pass": "torch"}]
+    if algorithm is WDRBO:
+        variants += [{"adam_pass": "compiled", "wdrbo_L_detached": True}, {"adam_pass": "torch", "wdrbo_L_detached": True}]
+    problem, acquisitions = _paper_acquisitions(problem_name, n, variants, algorithm)
+    compiled, torch_pass = acquisitions[:2]
+    assert compiled._compiled is not None and torch_pass._compiled is None  # the route is taken
+    assert compiled._compiled.identity is identity
+    low, high = problem.decision_bounds
+    x = low + (high - low) * torch.rand(10, problem.dim_x, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    for a, b in zip(acquisitions[::2], acquisitions[1::2]):
+        xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        value_a, value_b = a(xa), b(xb)
+        (grad_a,), (grad_b,) = torch.autograd.grad(value_a.sum(), xa), torch.autograd.grad(value_b.sum(), xb)
+        # (to rounding amplified by K^{-1}'s ~1/noise entries and small posterior deviations)
+        assert torch.allclose(value_a.detach(), value_b.detach(), rtol=0, atol=1e-10)
+        assert torch.allclose(grad_a, grad_b, rtol=1e-8, atol=1e-9)
+        with torch.no_grad():
+            assert torch.allclose(a(x), value_a.detach(), rtol=0, atol=1e-15)
+    if algorithm is WDRBO:  # detaching L(x) changes the gradient
+        assert not torch.allclose(grad_a, torch.autograd.grad(compiled(xa).sum(), xa)[0])
+    # The screening pass's many candidates keep torch's pass.
+    many = low + (high - low) * torch.rand(40, problem.dim_x, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    with torch.no_grad():
+        assert torch.allclose(compiled(many), torch_pass(many), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(("algorithm", "problem_name"), [
+    (WDRBO, "newsvendor"), (ERBO, "newsvendor"), (WDRBO, "hartmann"), (SBOKDE, "hartmann"),
+])
+def test_compiled_adam_pass_gradient_matches_finite_differences(algorithm, problem_name: str) -> None:
+    problem, (acq,) = _paper_acquisitions(problem_name, 45, [{"adam_pass": "compiled"}], algorithm)
+    assert acq._compiled is not None
+    low, high = problem.decision_bounds
+    x = low + (high - low) * torch.rand(4, problem.dim_x, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    xr = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(acq(xr).sum(), xr)
+    h = 1e-6 * float((high - low).max())
+    numeric = torch.zeros_like(x)
+    for k in range(problem.dim_x):
+        step = torch.zeros_like(x)
+        step[:, k] = h
+        with torch.no_grad():
+            numeric[:, k] = (acq(x + step) - acq(x - step)) / (2 * h)
+    assert torch.allclose(grad, numeric, rtol=1e-4, atol=1e-6)
+
+
+def test_compiled_adam_pass_is_the_paper_default_and_falls_back_where_it_cannot_serve() -> None:
+    for algorithm in (WDRBO, ERBO, SBOKDE):
+        assert algorithm.resolve_options("paper", {})["adam_pass"] == "compiled"
+        assert algorithm.resolve_options("reference", {})["adam_pass"] == "torch"
+    # The autograd x-gradient of L(x) keeps torch's pass.
+    _, (autograd,) = _paper_acquisitions("ackley", 40, [{"wdrbo_L_gradient": "autograd"}])
+    assert autograd._compiled is None
+    # The kernel is float64 on the CPU; other tensors (a GPU's, say) keep torch's pass.
+    model, nodes, weights, points = autograd.model, autograd.nodes, autograd.weights, autograd.lipschitz_points
+    assert CompiledUCB.build(model, nodes, weights, points, 1.5) is not None
+    assert CompiledUCB.build(model, nodes, weights, points.float(), 1.5) is None

@@ -1,0 +1,38 @@
+"""The compiled Adam step of the acquisitions that are a weighted mean UCB over fixed contexts,
+minus eps L(x) in WDRBO: ERBO, WDRBO, SBO-KDE (the kernel: models/compiled_ucb.py). Its option
+is declared here, once, for the three."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+from wdrbo_dist.acquisition.options import Option
+from wdrbo_dist.models.gp import GaussianProcess
+
+if TYPE_CHECKING:
+    from wdrbo_dist.models.compiled_ucb import CompiledUCB
+
+# How an Adam step (a few candidates, CPU) gets the acquisition and its x-gradient: by torch's
+# autograd through the GP's routes, WDRBO's L(x) in the mean term's pass (`torch`, the
+# reference profile's: the records of 0.9.0 for WDRBO, of 0.11.0 for ERBO and SBO-KDE), or
+# (`compiled`, the paper profile's since 0.12.0) the mean term, L(x) and their closed-form
+# x-gradients in one numba kernel: the same values to rounding, an Adam step 3-5x cheaper.
+# WDRBO's `compiled` needs wdrbo_L_gradient analytic. (0.10.0-0.11.0's paper route, L(x)
+# compiled beside torch's mean term, was replaced by it.)
+ADAM_PASS = Option("compiled", "torch", choices=("compiled", "torch"))
+
+# The compiled pass serves calls of at most this many candidates (Adam's restarts); the
+# screening pass's hundreds keep torch's, whose products run at BLAS speed.
+COMPILED_MAX_BATCH = 16
+
+
+def compiled_mean_ucb(model: GaussianProcess, nodes: Tensor, weights: Tensor, beta: float,
+                      points: Tensor | None = None, radius: float = 0.0,
+                      detach_lipschitz: bool = False) -> "CompiledUCB | None":
+    """The kernel's acquisition for these contexts (None off the CPU or float64); numba is
+    imported here, where it is first used."""
+    from wdrbo_dist.models.compiled_ucb import CompiledUCB
+
+    return CompiledUCB.build(model, nodes, weights, points, beta, radius=radius, detach_lipschitz=detach_lipschitz)
