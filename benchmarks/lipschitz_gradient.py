@@ -1,8 +1,8 @@
-"""ERBO's and WDRBO's Adam step (paper profile), two choices. `--compare pass` (the default):
-the acquisition and its x-gradient by torch's autograd, WDRBO's L(x) in the mean term's pass
-with the Jacobian in NumPy (option `adam_pass: torch`, the reference profile's; 0.9.0's records
-for WDRBO, 0.11.0's for ERBO), or the mean term and L(x) with closed-form x-gradients in one
-compiled kernel (`compiled`, the paper profile's since 0.12.0). `--compare gradient`: WDRBO's
+"""The Adam step of ERBO, WDRBO and SBO-KDE (paper profile), two choices. `--compare pass` (the
+default): the acquisition and its x-gradient by torch's autograd, WDRBO's L(x) in the mean
+term's pass with the Jacobian in NumPy (option `adam_pass: torch`, the reference profile's;
+0.9.0's records for WDRBO, 0.11.0's for ERBO and SBO-KDE), or the mean term and L(x) with
+closed-form x-gradients in one compiled kernel (`compiled`, the paper profile's since 0.12.0). `--compare gradient`: WDRBO's
 x-gradient of L(x) in closed form (option `wdrbo_L_gradient: analytic`, since 0.7.0) or by
 autograd's double backward (0.6.0's records), both on torch's pass. Same method? At what speed?
 
@@ -75,7 +75,7 @@ def step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 300) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, problems=["ackley", "newsvendor"], seeds=10)
-    parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo"], default=["erbo", "wdrbo"],
+    parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo", "sbo-kde"], default=["erbo", "wdrbo"],
                         help="--compare pass: whose routes (gradient: WDRBO's only)")
     parser.add_argument("--compare", choices=list(COMPARISONS), default="pass", help="which two routes to run")
     parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")
