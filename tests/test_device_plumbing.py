@@ -32,6 +32,8 @@ ON_PURPOSE = {
     ("acquisition/drbo_mmd.py", "forward"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_mmd.py", "worst_case"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_kde.py", "_solved"): "DRBO-KDE's LP route (drbokde_closed_form: false) is solved on the CPU",
+    ("models/compiled_ucb.py", "_host_arrays"): "the compiled Adam step (adam_pass) is built for CPU tensors only",
+    ("models/compiled_ucb.py", "forward"): "the compiled Adam step (adam_pass) runs on CPU tensors only",
 }
 FAST = {"num_restarts": 2, "raw_samples": 32, "batch_limit": 32}
 

@@ -28,7 +28,7 @@ LAYERS: list[set[str]] = [
     {"backends", "submit"},
     {"config"},
     {"study", "analysis"},
-    {"cli"},
+    {"cli", "compile_kernels"},  # the two commands
 ]
 
 

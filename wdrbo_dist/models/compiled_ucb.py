@@ -37,14 +37,11 @@ class CompiledUCB:
     `detach_lipschitz`): the kernel's arguments but the candidates, as C-contiguous float64
     arrays, built once per acquisition (`build`)."""
 
-    def __init__(self, arguments: tuple, radius: float, detach_lipschitz: bool) -> None:
+    def __init__(self, arguments: tuple, radius: float, detach_lipschitz: bool, identity: bool) -> None:
         self.arguments = arguments
         self.radius = radius
         self.detach_lipschitz = detach_lipschitz
-
-    @property
-    def identity(self) -> bool:
-        return bool(self.arguments[7])
+        self.identity = identity  # V = I, not the vectors' numerical basis (also among the arguments)
 
     @classmethod
     def build(cls, model: GaussianProcess, nodes: Tensor, weights: Tensor, points: Tensor | None, beta: float,
@@ -76,11 +73,18 @@ class CompiledUCB:
             points, coefficients,  # [1 + d_c, M, r]: a_m, then da_md
             gradient_vectors[1:].reshape(-1, n).T,  # [n, d_c M]: dkc_m / dc_d in column d M + m (exact)
         )
-        arguments = tuple(a if isinstance(a, (bool, float)) else np.ascontiguousarray(a.numpy()) for a in arrays)
-        return cls(arguments, float(radius), detach_lipschitz)
+        return cls(_host_arrays(arrays), float(radius), detach_lipschitz, identity)
 
     def __call__(self, x: Tensor) -> Tensor:
         return _CompiledValue.apply(x, self)
+
+
+def _host_arrays(values: tuple) -> tuple:
+    """The kernel's arguments: tensors (CPU float64 here) as C-contiguous NumPy arrays."""
+    arrays = []
+    for value in values:  # (a loop, not a generator: the host move is this function's)
+        arrays.append(value if isinstance(value, (bool, float)) else np.ascontiguousarray(value.numpy()))
+    return tuple(arrays)
 
 
 class _CompiledValue(torch.autograd.Function):
