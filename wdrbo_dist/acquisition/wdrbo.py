@@ -9,6 +9,7 @@ gives its centre, the toy): a fixed quadrature of the centre and a constant radi
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -17,7 +18,7 @@ from torch import Tensor
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.compiled import ADAM_PASS, COMPILED_MAX_BATCH, compiled_mean_ucb
-from wdrbo_dist.models.gp import GaussianProcess
+from wdrbo_dist.models.gp import ContextFeatures, GaussianProcess
 
 
 
@@ -46,7 +47,6 @@ class WassersteinUCB(Acquisition):
         self.analytic_gradient = analytic_gradient
         self.dim_x = model.dim - nodes.shape[-1]
         # The contexts are fixed for the whole maximisation: build their side once.
-        self._mean_features = model.context_features(nodes)
         self._all_features = (
             model.context_features(nodes, lipschitz_points) if radius > 0 and lipschitz_points is not None else None
         )
@@ -57,6 +57,12 @@ class WassersteinUCB(Acquisition):
                 model, nodes, weights, beta, lipschitz_points if with_points else None,
                 radius=radius if with_points else 0.0, detach_lipschitz=detach_lipschitz,
             )
+
+    @functools.cached_property
+    def _mean_features(self) -> ContextFeatures:
+        """The centre's side of the mean term alone: built at its first use (ERBO's pass; WDRBO's
+        own passes take `_all_features` or the compiled kernel)."""
+        return self.model.context_features(self.nodes)
 
     def expected_ucb(self, x: Tensor) -> Tensor:
         ucb, _ = self.model.ucb_from_features(x, self._mean_features, self.beta)
