@@ -10,7 +10,7 @@ import torch
 
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf
-from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax, minimax_value
+from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax, minimax_value, point_mmd_squared
 from wdrbo_dist.models.gp import fit_gp
 from wdrbo_dist.problems import make_problem
 
@@ -42,9 +42,19 @@ def _e_star(u: np.ndarray) -> float:
     return math.sqrt(d @ K @ d)
 
 
+def _mmd_squared(w: np.ndarray) -> torch.Tensor:
+    return point_mmd_squared(torch.tensor(K, dtype=T), torch.tensor(w, dtype=T))
+
+
+def test_point_mmd_squared_is_the_quadratic_form_of_delta_minus_w() -> None:
+    for j in range(3):
+        d = np.eye(3)[j] - W
+        assert float(_mmd_squared(W)[j]) == pytest.approx(d @ K @ d, abs=1e-15)
+
+
 def _value(rows: list[np.ndarray], r: float, uniform: bool, bug: bool) -> torch.Tensor:
     u = torch.tensor(np.stack(rows), dtype=T)
-    return minimax_value(u, torch.tensor(W, dtype=T), torch.tensor(K, dtype=T), r, uniform, bug)
+    return minimax_value(u, torch.tensor(W, dtype=T), _mmd_squared(W), r, uniform, bug)
 
 
 def test_hand_made_inputs_fall_in_the_intended_cases() -> None:
@@ -72,7 +82,7 @@ def test_case_3_value_is_the_minimum(uniform: bool) -> None:
 def test_case_1_never_triggers_for_a_positive_radius() -> None:
     rng = np.random.default_rng(0)
     u = torch.tensor(rng.normal(size=(50, 3)), dtype=T)
-    fixed = minimax_value(u, torch.tensor(W, dtype=T), torch.tensor(K, dtype=T), 1e-9, True, False)
+    fixed = minimax_value(u, torch.tensor(W, dtype=T), _mmd_squared(W), 1e-9, True, False)
     g = u.min(-1).values
     mean = u.mean(-1)
     assert torch.all(fixed >= g - 1e-12) and torch.all(fixed <= mean + 1e-12)
@@ -95,13 +105,13 @@ def test_edge_cases_are_finite_with_finite_gradients() -> None:
         for uniform in (True, False):
             u = torch.tensor([[0.7, 0.7, 0.7], [2.0, 0.5, 1.0], [1.0, 1.0, 3.0]], dtype=T, requires_grad=True)
             for w in (torch.tensor(W, dtype=T), w_point):
-                value = minimax_value(u, w, k, 0.5, uniform, bug)
+                value = minimax_value(u, w, point_mmd_squared(k, w), 0.5, uniform, bug)
                 (grad,) = torch.autograd.grad(value.sum(), u)
                 assert torch.isfinite(value).all() and torch.isfinite(grad).all()
             # equal UCB values: the value is that common value (case 2 with tau = 0, or case 3)
-            assert float(minimax_value(u[:1].detach(), torch.tensor(W, dtype=T), k, 0.5, uniform, False)[0]) == pytest.approx(0.7)
+            assert float(minimax_value(u[:1].detach(), torch.tensor(W, dtype=T), _mmd_squared(W), 0.5, uniform, False)[0]) == pytest.approx(0.7)
             # a zero MMD distance: case 3, the minimum
-            assert float(minimax_value(u[1:2].detach(), w_point, k, 0.5, uniform, False)[0]) == pytest.approx(0.5)
+            assert float(minimax_value(u[1:2].detach(), w_point, point_mmd_squared(k, w_point), 0.5, uniform, False)[0]) == pytest.approx(0.5)
 
 
 def test_profiles_and_the_acquisition_on_a_fitted_model() -> None:
@@ -124,7 +134,7 @@ def test_profiles_and_the_acquisition_on_a_fitted_model() -> None:
         assert acq.radius == pytest.approx(r)
         values[fidelity] = acq(candidates)
         bug, uniform = fidelity == "reference", fidelity == "reference"
-        assert torch.allclose(values[fidelity], minimax_value(u, w, gram, r, uniform, bug), atol=1e-9)
+        assert torch.allclose(values[fidelity], minimax_value(u, w, point_mmd_squared(gram, w), r, uniform, bug), atol=1e-9)
         assert acq.telemetry.solves == 512
     # the fixed profile never returns the buggy zeros; the reference does when cases mix
     e_sq = 1 - 2 * (gram @ w)[u.argmin(-1)] + w @ gram @ w

@@ -14,7 +14,8 @@ The reference's control-flow bug (spec 8.4) gives case-3 candidates the value 0 
 candidate of the same call is in case 2; `minimax_case3_zero_bug` reproduces it. Edge cases
 (all u equal: S = 0; w a point mass at j*: e* = 0) give finite values in both profiles (spec 8.22
 is cosmetic). Gradient through u; w and K are constants of the BO step. e* costs O(1) per
-candidate from K w and w^T K w (the reference forms (delta - w)^T K (delta - w) per candidate).
+candidate: MMD(delta_j, w)^2 = K_jj - 2 (K w)_j + w^T K w for every grid point j is computed once
+per BO step (`point_mmd_squared`; the reference forms (delta - w)^T K (delta - w) per candidate).
 """
 
 from __future__ import annotations
@@ -38,24 +39,29 @@ from wdrbo_dist.models.gp import GaussianProcess
 _TINY = 1e-24  # keeps sqrt's gradient finite where its argument vanishes
 
 
+def point_mmd_squared(gram: Tensor, w: Tensor) -> Tensor:
+    """MMD(delta_j, w)^2 [N] for every grid point j, with the grid's Gram matrix K [N, N]."""
+    kw = gram @ w
+    return gram.diagonal() - 2.0 * kw + w @ kw
+
+
 def minimax_value(
     u: Tensor,
     w: Tensor,
-    gram: Tensor,
+    mmd_squared: Tensor,
     radius: float,
     uniform_mean: bool,
     case3_zero_bug: bool,
 ) -> Tensor:
-    """The closed-form minimax value [b] for grid UCB values u [b, N], pmf w [N], Gram K [N, N]."""
+    """The closed-form minimax value [b] for grid UCB values u [b, N], pmf w [N] and each grid
+    point's squared MMD to w (`point_mmd_squared`) [N]."""
     size = u.shape[-1]
     g, j_star = u.min(dim=-1)
     pi = torch.full_like(w, 1.0 / size) if uniform_mean else w
     mean = u @ pi
     spread = size * ((u - mean.unsqueeze(-1)) ** 2 @ pi)
     s = torch.sqrt(spread.clamp_min(_TINY))
-    kw = gram @ w
-    e_sq = gram.diagonal()[j_star] - 2.0 * kw[j_star] + w @ kw
-    e_star = e_sq.clamp_min(0.0).sqrt().detach()
+    e_star = mmd_squared[j_star].clamp_min(0.0).sqrt().detach()
     gap = g - mean  # <= 0
     with torch.no_grad():
         eps_prime = torch.where(spread > _TINY, gap / s, torch.zeros_like(gap))
@@ -91,14 +97,15 @@ class MinimaxAcquisition(Acquisition):
         self.model = model
         self.beta = beta
         self.features = model.context_features(grid)
-        self.w, self.gram = w, gram
+        self.w = w
+        self.mmd_squared = point_mmd_squared(gram, w)  # constant over the BO step
         self.uniform_mean = uniform_mean
         self.case3_zero_bug = case3_zero_bug
 
     def forward(self, x: Tensor) -> Tensor:
         u, _ = self.model.ucb_from_features(x, self.features, self.beta)
         start = time.perf_counter()
-        value = minimax_value(u, self.w, self.gram, self.radius, self.uniform_mean, self.case3_zero_bug)
+        value = minimax_value(u, self.w, self.mmd_squared, self.radius, self.uniform_mean, self.case3_zero_bug)
         self.telemetry.solves += x.shape[0]  # closed-form inner problems
         self.telemetry.seconds += time.perf_counter() - start
         return value
