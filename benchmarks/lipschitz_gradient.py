@@ -1,15 +1,20 @@
-"""The Adam step of ERBO, WDRBO and SBO-KDE (paper profile), two choices. `--compare pass` (the
-default): the acquisition and its x-gradient by torch's autograd, WDRBO's L(x) in the mean
-term's pass with the Jacobian in NumPy (option `adam_pass: torch`, the reference profile's;
-0.9.0's records for WDRBO, 0.11.0's for ERBO and SBO-KDE), or the mean term and L(x) with
-closed-form x-gradients in one compiled kernel (`compiled`, the paper profile's since 0.12.0). `--compare gradient`: WDRBO's
+"""The Adam step of the algorithms with option `adam_pass` (paper profile), two choices.
+`--compare pass` (the default): the acquisition and its x-gradient by torch's autograd, WDRBO's
+L(x) in the mean term's pass with the Jacobian in NumPy (option `adam_pass: torch`, the
+reference profile's; 0.9.0's records for WDRBO, 0.11.0's for ERBO and SBO-KDE, 0.12.0's for
+DRBO-KDE, the minimax and StableOpt), or the compiled kernels (`compiled`, the paper profile's
+since 0.12.0 for ERBO, WDRBO and SBO-KDE, since 0.13.0 for the other three: the mean term and
+L(x) with closed-form x-gradients, or the UCB at every (candidate, context) pair with the
+x-gradient of any function of them). `--compare gradient`: WDRBO's
 x-gradient of L(x) in closed form (option `wdrbo_L_gradient: analytic`, since 0.7.0) or by
 autograd's double backward (0.6.0's records), both on torch's pass. Same method? At what speed?
 
 Each pair agrees to ~1e-12 relative (tests/acquisition/test_wdrbo.py), which is enough for one
 seed's trajectories to part after a few BO steps, so the routes are compared over seeds, paired
 (`paired_variants.py`). `--step` prints instead what one Adam step costs (forward and backward
-of the acquisition for 10 candidates on a GP of n points, one thread, best of 5 repeats of 300).
+of the acquisition for 10 candidates on a GP of n points, one thread, best of 5 repeats of 300;
+DRBO-KDE's 5 candidates, as its optimiser's restarts, and repeats of 60 for the three that
+evaluate 1,024 contexts per candidate).
 
     .venv/bin/python benchmarks/lipschitz_gradient.py --step                 # ms per Adam step, n = 99
     .venv/bin/python benchmarks/lipschitz_gradient.py --step --n 40 --dim-c 2
@@ -72,10 +77,54 @@ def step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 300) -> di
     return best
 
 
+def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -> dict[str, float]:
+    """ms per Adam step of the three acquisitions that take the pair kernels, as `step_times`
+    (two decision dimensions; 1,024 KDE samples, grid points or fresh Sobol contexts)."""
+    import torch
+
+    from wdrbo_dist.acquisition.drbo_kde import DRBOKDEAcquisition
+    from wdrbo_dist.acquisition.mmd_common import context_gram, context_grid, empirical_pmf
+    from wdrbo_dist.acquisition.mmd_minimax import MinimaxAcquisition
+    from wdrbo_dist.acquisition.stableopt import MinimumUCB
+    from wdrbo_dist.models.gp import GaussianProcess
+
+    generator = torch.Generator().manual_seed(0)
+    train = torch.rand(n, 2 + dim_c, generator=generator, dtype=torch.float64)
+    model = GaussianProcess(train, torch.randn(n, generator=generator, dtype=torch.float64),
+                            torch.tensor([0.2, 0.2] + [0.3] * dim_c, dtype=torch.float64), 1e-3, 0.1, context_basis=True)
+    box = torch.tensor([[0.0] * dim_c, [1.0] * dim_c], dtype=torch.float64)
+    samples = torch.rand(1024, dim_c, generator=generator, dtype=torch.float64)
+    grid = context_grid(box, 1024, False)
+    weights, gram = empirical_pmf(train[:, 2:], grid), context_gram(grid, model.lengthscale[2:])
+    acquisitions, batch = {}, {}
+    for route in ("torch", "compiled"):
+        compiled = route == "compiled"
+        acquisitions[f"drbo-kde, {route}"] = DRBOKDEAcquisition(model, 1.5, samples, 0.3, 1024, box,
+                                                                torch.Generator().manual_seed(1), compiled=compiled)
+        acquisitions[f"minimax, {route}"] = MinimaxAcquisition(model, 1.5, grid, weights, gram, 0.3, False, False,
+                                                               compiled=compiled)
+        acquisitions[f"stableopt, {route}"] = MinimumUCB(model, 1.5, box, 1024, torch.Generator().manual_seed(1),
+                                                         compiled=compiled)
+    x = {5: torch.rand(5, 2, generator=generator, dtype=torch.float64).requires_grad_(True)}
+    x[10] = torch.rand(10, 2, generator=generator, dtype=torch.float64).requires_grad_(True)
+    best = {label: float("inf") for label in acquisitions}
+    for _ in range(repeats):
+        for label, acquisition in acquisitions.items():
+            point = x[5 if label.startswith("drbo-kde") else 10]
+            for _ in range(5):
+                torch.autograd.grad(acquisition(point).sum(), point)
+            start = time.perf_counter()
+            for _ in range(calls):
+                torch.autograd.grad(acquisition(point).sum(), point)
+            best[label] = min(best[label], (time.perf_counter() - start) / calls * 1e3)
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, problems=["ackley", "newsvendor"], seeds=10)
-    parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo", "sbo-kde"], default=["erbo", "wdrbo"],
+    parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd-minimax",
+                                                            "stableopt"], default=["erbo", "wdrbo"],
                         help="--compare pass: whose routes (gradient: WDRBO's only)")
     parser.add_argument("--compare", choices=list(COMPARISONS), default="pass", help="which two routes to run")
     parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")
@@ -86,6 +135,9 @@ def main() -> None:
         for label, ms in step_times(args.n, args.dim_c).items():
             print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, 10 candidates, n = {args.n}, "
                   f"d_c = {args.dim_c})")
+        for label, ms in pair_step_times(args.n, args.dim_c).items():
+            print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, {5 if 'kde' in label else 10} "
+                  f"candidates, n = {args.n}, d_c = {args.dim_c})")
         return
     algorithms = args.algorithms if args.compare == "pass" else ["wdrbo"]
     compare(algorithms, args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, "paper", args.workers,

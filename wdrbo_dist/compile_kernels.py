@@ -2,9 +2,10 @@
 
 numba compiles a kernel at its first call and caches the machine code beside its module
 (`cache=True`, keyed by the source and this CPU): on 2 cores mmd_ipm.py takes ~22 s and
-compiled_ucb.py ~8 s, once per machine, which would otherwise land in a user's first DRBO-MMD,
-ERBO or WDRBO run (or in the test that happens to run first). A short real run of each algorithm that
-takes a kernel compiles exactly the signatures a study calls; a later process only loads them.
+compiled_ucb.py ~12 s, once per machine, which would otherwise land in a user's first run of
+an algorithm that takes them (or in the test that happens to run first). A short real run of
+each kernel's caller compiles exactly the signatures a study calls; a later process only loads
+them.
 
     .venv/bin/python -m wdrbo_dist.compile_kernels
 """
@@ -16,8 +17,10 @@ import time
 from wdrbo_dist.run import RunSpec, run_one
 
 # (algorithm, evaluations) on Three-Hump Camel, paper profile: the first run reaches mmd_ipm's
-# solver, the second compiled_ucb's kernel (ERBO's and WDRBO's Adam steps).
-KERNEL_RUNS = (("drbo-mmd", 6), ("wdrbo", 6))
+# solver, the second compiled_ucb's mean-term kernel (ERBO's and WDRBO's Adam steps), the third
+# its pair kernels (DRBO-KDE's samples and its minimum over fresh contexts; the minimax's and
+# StableOpt's Adam steps call the same).
+KERNEL_RUNS = (("drbo-mmd", 6), ("wdrbo", 6), ("drbo-kde", 6))
 
 
 def compile_kernels() -> None:

@@ -1,21 +1,28 @@
 """The compiled Adam step (option `adam_pass`, models/compiled_ucb.py) of the acquisitions that
-are a weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO: ERBO, WDRBO, SBO-KDE. It
-computes torch's values and gradients to rounding, on the basis route and on V = I."""
+are a weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO (ERBO, WDRBO, SBO-KDE), and
+of those that are another function of the UCB at every (candidate, context) pair (DRBO-KDE, the
+DRBO-MMD minimax, StableOpt's minimum over fresh contexts). It computes torch's values and
+gradients to rounding, on the basis route and on V = I."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from wdrbo_dist.acquisition.drbo_kde import DRBOKDE
+from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
+from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax
 from wdrbo_dist.acquisition.sbo_kde import SBOKDE
+from wdrbo_dist.acquisition.stableopt import StableOpt
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
-from wdrbo_dist.models.compiled_ucb import CompiledUCB
+from wdrbo_dist.models.compiled_ucb import CompiledPairs, CompiledUCB
 
 from test_wdrbo import _state_and_model
 
 
-def _paper_acquisitions(problem_name: str, n: int, options: list[dict], algorithm=WDRBO):
+def _paper_acquisitions(problem_name: str, n: int, options: list[dict], algorithm=WDRBO, context_basis: bool = False):
     problem, state, model = _state_and_model(problem_name, n=n)
+    model.context_basis = context_basis  # the route a run's model takes for context sets (both profiles: on)
     acquisitions = []
     for extra in options:
         algo = algorithm(problem, "paper", extra)
@@ -84,7 +91,7 @@ def test_compiled_adam_pass_gradient_matches_finite_differences(algorithm, probl
 
 
 def test_compiled_adam_pass_is_the_paper_default_and_falls_back_where_it_cannot_serve() -> None:
-    for algorithm in (WDRBO, ERBO, SBOKDE):
+    for algorithm in (WDRBO, ERBO, SBOKDE, DRBOKDE, DRBOMMDMinimax, StableOpt):
         assert algorithm.resolve_options("paper", {})["adam_pass"] == "compiled"
         assert algorithm.resolve_options("reference", {})["adam_pass"] == "torch"
     # The autograd x-gradient of L(x) keeps torch's pass.
@@ -94,3 +101,82 @@ def test_compiled_adam_pass_is_the_paper_default_and_falls_back_where_it_cannot_
     model, nodes, weights, points = autograd.model, autograd.nodes, autograd.weights, autograd.lipschitz_points
     assert CompiledUCB.build(model, nodes, weights, points, 1.5) is not None
     assert CompiledUCB.build(model, nodes, weights, points.float(), 1.5) is None
+    assert CompiledPairs.build(model, nodes.float(), 1.5) is None
+
+
+def _pair_kernel(acquisition):
+    """The acquisition's compiled pair kernel, fixed contexts or fresh ones (None: torch's pass)."""
+    if hasattr(acquisition, "fresh"):  # DRBO-KDE: its samples' kernel (and its m(x)'s, checked below)
+        assert (acquisition._compiled is None) is (acquisition.fresh._compiled is None)
+    return acquisition.ucb._compiled if hasattr(acquisition, "ucb") else acquisition._compiled
+
+
+@pytest.mark.parametrize(("algorithm", "problem_name", "n", "identity"), [
+    (DRBOKDE, "ackley", 40, False),  # 1024 KDE samples, one context dimension: their basis
+    (DRBOKDE, "modified-branin", 30, True),  # two context dimensions: V = I
+    (DRBOMMDMinimax, "ackley", 40, False),  # the 1024-point grid
+    (DRBOMMDMinimax, "modified-branin", 30, True),
+    (StableOpt, "ackley", 40, None),  # fresh Sobol contexts at every call: the box's region basis
+    (StableOpt, "modified-branin", 30, None),  # (or V = I where the region's basis is too large)
+])
+def test_compiled_pairs_agree_with_torch(algorithm, problem_name: str, n: int, identity: bool | None) -> None:
+    """The same values and x-gradients as torch's pass, call after call (the acquisitions that
+    redraw contexts draw the same ones from equally seeded generators)."""
+    problem, (compiled, torch_pass) = _paper_acquisitions(problem_name, n, [{"adam_pass": "compiled"},
+                                                                             {"adam_pass": "torch"}], algorithm,
+                                                          context_basis=True)
+    assert _pair_kernel(compiled) is not None and _pair_kernel(torch_pass) is None
+    if identity is not None:
+        assert _pair_kernel(compiled).identity is identity
+    low, high = problem.decision_bounds
+    generator = torch.Generator().manual_seed(8)
+    for _ in range(3):
+        x = low + (high - low) * torch.rand(10, problem.dim_x, generator=generator, dtype=torch.float64)
+        xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        value_a, value_b = compiled(xa), torch_pass(xb)
+        (grad_a,), (grad_b,) = torch.autograd.grad(value_a.sum(), xa), torch.autograd.grad(value_b.sum(), xb)
+        assert torch.allclose(value_a.detach(), value_b.detach(), rtol=0, atol=1e-10)
+        assert torch.allclose(grad_a, grad_b, rtol=1e-8, atol=1e-9)
+        assert grad_a.abs().max() > 0
+    many = low + (high - low) * torch.rand(40, problem.dim_x, generator=generator, dtype=torch.float64)
+    with torch.no_grad():  # the screening pass's many candidates keep torch's pass
+        assert torch.allclose(compiled(many), torch_pass(many), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("algorithm", [DRBOKDE, DRBOMMDMinimax])
+def test_compiled_pairs_gradient_matches_finite_differences(algorithm) -> None:
+    """d(value)/dx through the kernel's backward pass, for a sorted-weight sum (DRBO-KDE; its
+    m(x) redrawn at every call is held fixed here) and for the minimax's closed form."""
+    problem, (acq,) = _paper_acquisitions("hartmann", 45, [{"adam_pass": "compiled"}], algorithm)
+    low, high = problem.decision_bounds
+    x = low + (high - low) * torch.rand(4, problem.dim_x, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    if algorithm is DRBOKDE:
+        with torch.no_grad():
+            fixed_minimum = acq.minimum(x)
+        acq.minimum = lambda points: fixed_minimum
+    xr = x.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(acq(xr).sum(), xr)
+    h = 1e-6 * float((high - low).max())
+    numeric = torch.zeros_like(x)
+    for k in range(problem.dim_x):
+        step = torch.zeros_like(x)
+        step[:, k] = h
+        with torch.no_grad():
+            numeric[:, k] = (acq(x + step) - acq(x - step)) / (2 * h)
+    assert torch.allclose(grad, numeric, rtol=1e-4, atol=1e-6)
+
+
+def test_compiled_fresh_pairs_take_the_region_basis_only_where_it_spans_the_contexts() -> None:
+    """Contexts outside the box its region basis was built for are not in its span (to ~1e-10
+    here): the kernel then takes V = I, and the values stay torch's to ~1e-14 (the region's
+    projection would part from them by ~1e-11)."""
+    problem, state, model = _state_and_model("ackley", n=40)
+    model.context_basis = True
+    box = problem.context_bounds.to(torch.float64)
+    compiled, torch_pass = FreshContextUCB(model, 1.5, box, compiled=True), FreshContextUCB(model, 1.5, box)
+    assert compiled._compiled is not None and compiled._compiled.region is not None
+    x = torch.rand(6, problem.dim_x, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    width = box[1] - box[0]
+    for contexts in (box[0] + width * torch.rand(1024, 1, dtype=torch.float64),  # inside: the region basis
+                     box[1] + width * torch.rand(1024, 1, dtype=torch.float64)):  # outside: V = I
+        assert torch.allclose(compiled(x, contexts), torch_pass(x, contexts), rtol=0, atol=1e-12)

@@ -1,6 +1,7 @@
-"""The compiled Adam step of the acquisitions that are a weighted mean UCB over fixed contexts,
-minus eps L(x) in WDRBO: ERBO, WDRBO, SBO-KDE (the kernel: models/compiled_ucb.py). Its option
-is declared here, once, for the three."""
+"""The compiled Adam step (the kernels: models/compiled_ucb.py) of the acquisitions that are a
+weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO (ERBO, WDRBO, SBO-KDE), and of
+those that are another function of the UCB at fixed contexts (DRBO-KDE's KDE samples, the
+DRBO-MMD minimax's grid). Its option is declared here, once, for the five."""
 
 from __future__ import annotations
 
@@ -12,13 +13,16 @@ from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.models.gp import GaussianProcess
 
 if TYPE_CHECKING:
-    from wdrbo_dist.models.compiled_ucb import CompiledUCB
+    from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs, CompiledPairs, CompiledUCB
 
 # How an Adam step (a few candidates, CPU) gets the acquisition and its x-gradient: by torch's
 # autograd through the GP's routes, WDRBO's L(x) in the mean term's pass (`torch`, the
-# reference profile's: the records of 0.9.0 for WDRBO, of 0.11.0 for ERBO and SBO-KDE), or
-# (`compiled`, the paper profile's since 0.12.0) the mean term, L(x) and their closed-form
-# x-gradients in one numba kernel: the same values to rounding, an Adam step 3-5x cheaper.
+# reference profile's: the records of 0.9.0 for WDRBO, of 0.11.0 for ERBO and SBO-KDE, of
+# 0.12.0 for DRBO-KDE and the minimax), or (`compiled`, the paper profile's since 0.12.0, for
+# DRBO-KDE and the minimax since 0.13.0) the mean term, L(x) and their closed-form x-gradients
+# in one numba kernel (`CompiledUCB`), or the UCB at every (candidate, context) pair with the
+# x-gradient of any function of them (`CompiledPairs`): the same values to rounding, an Adam
+# step 2-5x cheaper.
 # WDRBO's `compiled` needs wdrbo_L_gradient analytic. (0.10.0-0.11.0's paper route, L(x)
 # compiled beside torch's mean term, was replaced by it.)
 ADAM_PASS = Option("compiled", "torch", choices=("compiled", "torch"))
@@ -36,3 +40,19 @@ def compiled_mean_ucb(model: GaussianProcess, nodes: Tensor, weights: Tensor, be
     from wdrbo_dist.models.compiled_ucb import CompiledUCB
 
     return CompiledUCB.build(model, nodes, weights, points, beta, radius=radius, detach_lipschitz=detach_lipschitz)
+
+
+def compiled_pairs(model: GaussianProcess, contexts: Tensor, beta: float) -> "CompiledPairs | None":
+    """The kernel's UCB [b, N] at every (candidate, context) pair for these fixed contexts, for an
+    acquisition that is some function of them (None off the CPU or float64)."""
+    from wdrbo_dist.models.compiled_ucb import CompiledPairs
+
+    return CompiledPairs.build(model, contexts, beta)
+
+
+def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Tensor | None) -> "CompiledFreshPairs | None":
+    """The kernel's UCB [b, N] without gradient for contexts drawn afresh at every call (None off
+    the CPU or float64)."""
+    from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs
+
+    return CompiledFreshPairs.build(model, beta, region)

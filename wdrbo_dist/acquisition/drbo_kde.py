@@ -15,7 +15,9 @@ of the mass from the highest UCB values to m(x) where that lowers the value:
 It is batched over candidates (one top-k); the CVXPY program stays here (`drbo_kde_inner_cvxpy`,
 option `drbokde_closed_form=False` solves it per candidate) and the tests check the two agree.
 Gradient as in the reference: through u only (m(x) and the sorted-weight mask are constants),
-which is the LP's envelope gradient with (a*, b*) frozen.
+which is the LP's envelope gradient with (a*, b*) frozen. An Adam step's u comes from the
+compiled pair kernel (option `adam_pass: compiled`, paper profile), its backward pass from
+the sorted weights.
 
 The Sobol points for m(x) are re-drawn at every acquisition call in both profiles (spec 1.6,
 8.16): that is how the reference's optimiser sees this acquisition, and redrawing does not
@@ -37,6 +39,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
+from wdrbo_dist.acquisition.compiled import ADAM_PASS, COMPILED_MAX_BATCH, compiled_pairs
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.acquisition.optimize import scrambled_sobol
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
@@ -116,12 +119,14 @@ class DRBOKDEAcquisition(Acquisition):
         generator: torch.Generator,
         closed_form: bool = True,
         detach_min: bool = True,
+        compiled: bool = False,
     ) -> None:
         super().__init__(radius=radius)
         self.model = model
         self.beta = beta
         self.features = model.context_features(kde)  # the KDE samples are fixed for the whole step
-        self.fresh = FreshContextUCB(model, beta, min_box)  # m(x)'s Sobol points change at every call
+        self._compiled = compiled_pairs(model, kde, beta) if compiled else None
+        self.fresh = FreshContextUCB(model, beta, min_box, compiled)  # m(x)'s Sobol points change at every call
         self.min_points = min_points
         self.min_box = min_box  # [2, d_c]: c = min_box[0] + (min_box[1] - min_box[0]) * v
         self.generator = generator
@@ -142,8 +147,14 @@ class DRBOKDEAcquisition(Acquisition):
                 return self.fresh(x.detach(), points).amin(dim=-1)
         return self.fresh(x, points).amin(dim=-1)
 
+    def samples_ucb(self, x: Tensor) -> Tensor:
+        """u [b, N]: the UCB at every KDE sample."""
+        if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)
+            return self._compiled(x)
+        return self.model.ucb_from_features(x, self.features, self.beta)[0]
+
     def forward(self, x: Tensor) -> Tensor:
-        u, _ = self.model.ucb_from_features(x, self.features, self.beta)  # [b, N]
+        u = self.samples_ucb(x)
         m = self.minimum(x)
         if self.closed_form:
             start = time.perf_counter()
@@ -190,6 +201,7 @@ class DRBOKDE(Algorithm):
         "drbokde_minbox_sign_bug": Option(False, True),  # spec 8.2: m(x) searched over [lb-(ub-lb), lb]
         "drbokde_closed_form": Option(True, True),  # Project decision 4: same value as the LP, batched
         "drbokde_min_detached": Option(True, True),  # spec 8.15: m(x) adds to the value, not the gradient
+        "adam_pass": ADAM_PASS,
     }
 
     def radius(self, n: int) -> float:
@@ -215,4 +227,5 @@ class DRBOKDE(Algorithm):
             generator=generator,
             closed_form=bool(self.options["drbokde_closed_form"]),
             detach_min=bool(self.options["drbokde_min_detached"]),
+            compiled=self.options["adam_pass"] == "compiled",
         )

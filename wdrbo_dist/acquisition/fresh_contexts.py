@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from wdrbo_dist.acquisition.compiled import COMPILED_MAX_BATCH, compiled_fresh_pairs
 from wdrbo_dist.models.gp import VARIANCE_FLOOR, GaussianProcess, rbf
 
 # Below this many candidates, `FreshContextUCB` forms the candidate-side quadratic forms
@@ -34,16 +35,23 @@ class FreshContextUCB:
     once): an [r, r] form per candidate (r ~ 15-35 for one context dimension) instead of an
     [n, n] one (`GaussianProcess.ucb_in_region`); batches above DIRECT_MAX_BATCH take the
     GP's features with the same basis (`ucb_pairs(..., region=)`).
+
+    With `compiled` (option `adam_pass: compiled`), a call of a few candidates that takes no
+    gradient (an Adam step's search for the minimum) goes through the compiled pair kernel.
     """
 
-    def __init__(self, model: GaussianProcess, beta: float, box: Tensor | None = None) -> None:
+    def __init__(self, model: GaussianProcess, beta: float, box: Tensor | None = None, compiled: bool = False) -> None:
         self.model = model
         self.beta = beta
         self.region = model.region_basis(box) if box is not None else None
         self.alpha = model.weights
+        self._compiled = compiled_fresh_pairs(model, beta, self.region) if compiled else None
 
     def __call__(self, x: Tensor, contexts: Tensor) -> Tensor:
         """UCB [b, N] at all pairs (x_i, c_j)."""
+        if (self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH
+                and not (x.requires_grad and torch.is_grad_enabled())):
+            return self._compiled(x, contexts)
         if x.shape[0] > DIRECT_MAX_BATCH:
             return self.model.ucb_pairs(x, contexts, self.beta, region=self.region)[0]
         if self.region is not None:

@@ -16,6 +16,8 @@ candidate of the same call is in case 2; `minimax_case3_zero_bug` reproduces it.
 is cosmetic). Gradient through u; w and K are constants of the BO step. e* costs O(1) per
 candidate: MMD(delta_j, w)^2 = K_jj - 2 (K w)_j + w^T K w for every grid point j is computed once
 per BO step (`point_mmd_squared`; the reference forms (delta - w)^T K (delta - w) per candidate).
+An Adam step's u comes from the compiled pair kernel (option `adam_pass: compiled`, paper
+profile), its backward pass from autograd's d(value)/du.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
+from wdrbo_dist.acquisition.compiled import ADAM_PASS, COMPILED_MAX_BATCH, compiled_pairs
 from wdrbo_dist.acquisition.mmd_common import (
     MMD_RADIUS_CONSTANT,
     context_gram,
@@ -92,18 +95,26 @@ class MinimaxAcquisition(Acquisition):
         radius: float,
         uniform_mean: bool,
         case3_zero_bug: bool,
+        compiled: bool = False,
     ) -> None:
         super().__init__(radius=radius)
         self.model = model
         self.beta = beta
         self.features = model.context_features(grid)
+        self._compiled = compiled_pairs(model, grid, beta) if compiled else None
         self.w = w
         self.mmd_squared = point_mmd_squared(gram, w)  # constant over the BO step
         self.uniform_mean = uniform_mean
         self.case3_zero_bug = case3_zero_bug
 
+    def grid_ucb(self, x: Tensor) -> Tensor:
+        """u [b, N]: the UCB at every grid point."""
+        if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)
+            return self._compiled(x)
+        return self.model.ucb_from_features(x, self.features, self.beta)[0]
+
     def forward(self, x: Tensor) -> Tensor:
-        u, _ = self.model.ucb_from_features(x, self.features, self.beta)
+        u = self.grid_ucb(x)
         start = time.perf_counter()
         value = minimax_value(u, self.w, self.mmd_squared, self.radius, self.uniform_mean, self.case3_zero_bug)
         self.telemetry.solves += x.shape[0]  # closed-form inner problems
@@ -123,6 +134,7 @@ class DRBOMMDMinimax(Algorithm):
         "mmd_diagonal_grid": Option(False, True),  # spec 8.3: d_c >= 2 uses the box diagonal
         "minimax_case3_zero_bug": Option(False, True),  # spec 8.4: case 3 -> 0 if any case 2 in the call
         "minimax_uniform_mean": Option(False, True),  # spec 8.4: unweighted grid mean instead of E_w
+        "adam_pass": ADAM_PASS,
     }
 
     _grid: Tensor | None = None
@@ -147,4 +159,5 @@ class DRBOMMDMinimax(Algorithm):
             mmd_radius(state.n, float(self.options["radius_constant"])),
             uniform_mean=bool(self.options["minimax_uniform_mean"]),
             case3_zero_bug=bool(self.options["minimax_case3_zero_bug"]),
+            compiled=self.options["adam_pass"] == "compiled",
         )

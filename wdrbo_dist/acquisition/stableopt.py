@@ -9,7 +9,8 @@ The Sobol set is re-drawn at every acquisition call in both profiles (spec 1.6, 
 reference's optimiser sees this noisy acquisition, and redrawing does not change what it
 estimates; the scramble seed comes from the run's generator. The gradient flows through the
 arg-min point (as torch.min's does): the min is found without gradient and the UCB is
-recomputed, differentiably, at each candidate's minimising context only.
+recomputed, differentiably, at each candidate's minimising context only. An Adam step's search
+for the minimum takes the compiled pair kernel (option `adam_pass: compiled`, paper profile).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
+from wdrbo_dist.acquisition.compiled import ADAM_PASS
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
 from wdrbo_dist.acquisition.optimize import scrambled_sobol
 from wdrbo_dist.models.gp import GaussianProcess
@@ -38,12 +40,13 @@ def stable_box(contexts: Tensor, sigmas: float, sign_bug: bool) -> Tensor:
 class MinimumUCB(Acquisition):
     """min_j UCB(x, c_j) over a context set re-drawn in `box` at every call."""
 
-    def __init__(self, model: GaussianProcess, beta: float, box: Tensor, points: int, generator: torch.Generator) -> None:
+    def __init__(self, model: GaussianProcess, beta: float, box: Tensor, points: int, generator: torch.Generator,
+                 compiled: bool = False) -> None:
         super().__init__()
         self.model = model
         self.beta = beta
         self.box = box.to(model.train_x)
-        self.ucb = FreshContextUCB(model, beta, self.box)
+        self.ucb = FreshContextUCB(model, beta, self.box, compiled)
         self.points = points
         self.generator = generator
 
@@ -70,8 +73,10 @@ class StableOpt(Algorithm):
         "stable_points": Option(1024, 1024),  # Sobol points in the box, redrawn at every call
         "stable_box_sigmas": Option(1.0, 1.0),  # half-width of the box in (unbiased) standard deviations
         "stable_box_sign_bug": Option(False, True),  # spec 8.1: [mu - 3s, mu - s] instead of [mu - s, mu + s]
+        "adam_pass": ADAM_PASS,  # compiled: an Adam step's minimum found by the pair kernel
     }
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:
         box = stable_box(state.context, float(self.options["stable_box_sigmas"]), bool(self.options["stable_box_sign_bug"]))
-        return MinimumUCB(model, float(self.options["beta"]), box, max(1, int(self.options["stable_points"])), generator)
+        return MinimumUCB(model, float(self.options["beta"]), box, max(1, int(self.options["stable_points"])), generator,
+                          compiled=self.options["adam_pass"] == "compiled")

@@ -29,7 +29,7 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from wdrbo_dist.models.gp import VARIANCE_FLOOR, GaussianProcess, numerical_basis, rbf
+from wdrbo_dist.models.gp import REGION_RESIDUAL_MAX, VARIANCE_FLOOR, GaussianProcess, numerical_basis, rbf
 
 
 class CompiledUCB:
@@ -60,8 +60,7 @@ class CompiledUCB:
         gradient_vectors = model.context_gradient_vectors(points)  # [1 + d_c, M, n]
         rows = torch.cat([centre, gradient_vectors.reshape(-1, n)])
         basis, _ = numerical_basis(rows)
-        r, used = basis.shape[1], centre.shape[0] + points.shape[0]  # rows multiplied by the forms
-        identity = r == 0 or n * n * r + (2 * n + used) * r * r >= (used + 1) * n * n
+        identity = _identity_is_cheaper(n, basis.shape[1], centre.shape[0] + points.shape[0])
         if identity:
             basis = basis.new_empty(n, 0)
             centre_coefficients, coefficients = centre, gradient_vectors
@@ -77,6 +76,74 @@ class CompiledUCB:
 
     def __call__(self, x: Tensor) -> Tensor:
         return _CompiledValue.apply(x, self)
+
+
+class CompiledPairs:
+    """x [b, d_x] -> the UCB at every pair (x_b, c_j) [b, N] of fixed contexts c_j, differentiable
+    in x through one kernel each way: the forward pass returns the values, the backward pass
+    takes d(loss)/du [b, N] (any function of the values, as DRBO-KDE's sorted-weight sum or the
+    minimax's closed form) and returns d(loss)/dx. It is the mean-term kernel's arithmetic with a
+    weight per pair, w_bj = d(loss)/du_bj, in place of one per context: G_b = sum_j w_bj/sigma_bj
+    a_j a_j^T and u_b = sum_j w_bj kc_j (the module's docstring)."""
+
+    def __init__(self, arguments: tuple, identity: bool) -> None:
+        self.arguments = arguments  # train, lengthscale, K^{-1}, alpha, constant mean, beta, V, identity, a [N, r], kc [N, n]
+        self.identity = identity
+
+    @classmethod
+    def build(cls, model: GaussianProcess, contexts: Tensor, beta: float) -> "CompiledPairs | None":
+        """None off the CPU or float64; V = I where the basis saves no work (the same rule)."""
+        if any(t.device.type != "cpu" or t.dtype != torch.float64 for t in (model.train_x, contexts)):
+            return None
+        dim_c, n = contexts.shape[-1], model.n
+        vectors = rbf(contexts, model.train_x[:, -dim_c:], model.lengthscale[-dim_c:])  # [N, n]
+        basis, coefficients = numerical_basis(vectors)
+        identity = _identity_is_cheaper(n, basis.shape[1], vectors.shape[0])
+        if identity:
+            basis, coefficients = basis.new_empty(n, 0), vectors
+        else:
+            coefficients = vectors @ basis
+        arrays = (model.train_x, model.lengthscale, model.inverse, model.weights, float(model.mean_constant),
+                  float(beta), basis, identity, coefficients, vectors)
+        return cls(_host_arrays(arrays), identity)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return _CompiledPairValues.apply(x, self)
+
+
+class CompiledFreshPairs:
+    """(x [b, d_x], contexts [N, d_c]) -> the UCB at every pair [b, N], without gradient, for
+    contexts drawn afresh at every call (StableOpt's box, DRBO-KDE's m(x)): the pair kernel's
+    forward pass, the contexts' vectors projected onto `region` (a `GaussianProcess.region_basis`
+    of their box, built once) where that basis saves work and spans them, else V = I."""
+
+    def __init__(self, model: GaussianProcess, beta: float, region: Tensor | None) -> None:
+        self.arguments = _host_arrays((model.train_x, model.lengthscale, model.inverse, model.weights,
+                                       float(model.mean_constant), float(beta)))
+        self.region = None if region is None else _host_arrays((region,))[0]
+        self.empty_basis = np.empty((model.n, 0))
+
+    @classmethod
+    def build(cls, model: GaussianProcess, beta: float, region: Tensor | None) -> "CompiledFreshPairs | None":
+        """None off the CPU or float64."""
+        if model.train_x.device.type != "cpu" or model.train_x.dtype != torch.float64:
+            return None
+        return cls(model, beta, region)
+
+    def __call__(self, x: Tensor, contexts: Tensor) -> Tensor:
+        host_x = np.ascontiguousarray(x.detach().numpy())
+        host_contexts = np.ascontiguousarray(contexts.detach().numpy())
+        n, r = self.empty_basis.shape[0], 0 if self.region is None else self.region.shape[1]
+        use_region = not _identity_is_cheaper(n, r, contexts.shape[0])
+        values = _fresh_pair_values(host_x, host_contexts, *self.arguments,
+                                    self.region if use_region else self.empty_basis, REGION_RESIDUAL_MAX)
+        return torch.from_numpy(values)
+
+
+def _identity_is_cheaper(n: int, rank: int, used: int) -> bool:
+    """Whether V = I needs no more multiply-adds per candidate than a basis of `rank` columns
+    ([n, n] forms against S_b, B_b and their products with `used` coefficient rows)."""
+    return rank == 0 or n * n * rank + (2 * n + used) * rank * rank >= (used + 1) * n * n
 
 
 def _host_arrays(values: tuple) -> tuple:
@@ -109,6 +176,25 @@ class _CompiledValue(torch.autograd.Function):
         return grad_value.unsqueeze(-1) * jacobian, None
 
 
+class _CompiledPairValues(torch.autograd.Function):
+    """The forward pass keeps what the backward pass's kernel needs: kx, S_b and 1/sigma."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, pairs: CompiledPairs) -> Tensor:  # type: ignore[override]
+        host_x = np.ascontiguousarray(x.detach().numpy())
+        values, inverse_sigma, kx, solved = _pair_values(host_x, *pairs.arguments)
+        ctx.kept = (host_x, pairs, inverse_sigma, kx, solved)
+        return torch.from_numpy(values)
+
+    @staticmethod
+    def backward(ctx, grad_values: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        host_x, pairs, inverse_sigma, kx, solved = ctx.kept
+        train, lengthscale, _, alpha, _, beta, basis, identity, coefficients, vectors = pairs.arguments
+        weights = np.ascontiguousarray(grad_values.detach().numpy())
+        return torch.from_numpy(_pair_gradient(host_x, train, lengthscale, alpha, beta, basis, identity,
+                                               coefficients, vectors, kx, solved, inverse_sigma, weights)), None
+
+
 @njit(cache=True)
 def _acquisition_terms(x, train, lengthscale, inverse, alpha, mean_constant, beta, basis, identity,  # type: ignore[no-untyped-def]
                        centre_coefficients, centre_weights, centre_mean, points, coefficients, derivatives):
@@ -120,34 +206,11 @@ def _acquisition_terms(x, train, lengthscale, inverse, alpha, mean_constant, bet
     r = n if identity else basis.shape[1]
     n_centre, m_points = centre_coefficients.shape[0], points.shape[0]
     inverse_l2 = 1.0 / (lengthscale * lengthscale)
-    kx = np.empty((b, n))
+    kx, solved, forms = _candidate_forms(x, train, inverse_l2, inverse, basis, identity)
     weighted_alpha = np.empty((b, n))
     for j in range(b):
         for i in range(n):
-            s = 0.0
-            for e in range(dim_x):
-                t = x[j, e] - train[i, e]
-                s += t * t * inverse_l2[e]
-            kx[j, i] = np.exp(-0.5 * s)
             weighted_alpha[j, i] = kx[j, i] * alpha[i]
-    # S_b = (kx_b * V)^T K^{-1} stacked [b r, n]; the forms B_b = S_b (kx_b * V) side by side [r, b r]
-    forms = np.empty((r, b * r))
-    if identity:
-        solved = np.empty((b * r, n))
-        for j in range(b):
-            for p in range(n):
-                for q in range(n):
-                    solved[j * r + p, q] = kx[j, p] * inverse[p, q]
-                    forms[p, j * r + q] = solved[j * r + p, q] * kx[j, q]
-    else:
-        weighted_basis = np.empty((b * r, n))
-        for j in range(b):
-            for i in range(n):
-                for q in range(r):
-                    weighted_basis[j * r + q, i] = kx[j, i] * basis[i, q]
-        solved = weighted_basis @ inverse  # K^{-1} symmetric
-        for j in range(b):
-            forms[:, j * r:(j + 1) * r] = solved[j * r:(j + 1) * r] @ weighted_basis[j * r:(j + 1) * r].T
 
     # The mean term over the centre's contexts.
     weight_sum = 0.0
@@ -270,3 +333,128 @@ def _acquisition_terms(x, train, lengthscale, inverse, alpha, mean_constant, bet
                 dot += gradient[d] * acc
             jacobian[j, e] = dot / norm[j]
     return mean, d_mean, norm, jacobian
+
+
+@njit(cache=True)
+def _candidate_forms(x, train, inverse_l2, inverse, basis, identity):  # type: ignore[no-untyped-def]
+    """(kx [b, n], S_b = (kx_b * V)^T K^{-1} stacked [b r, n], the forms B_b = S_b (kx_b * V)
+    side by side [r, b r]) for the candidates x [b, d_x] (V = I where `identity`)."""
+    b, dim_x = x.shape
+    n = train.shape[0]
+    r = n if identity else basis.shape[1]
+    kx = np.empty((b, n))
+    for j in range(b):
+        for i in range(n):
+            s = 0.0
+            for e in range(dim_x):
+                t = x[j, e] - train[i, e]
+                s += t * t * inverse_l2[e]
+            kx[j, i] = np.exp(-0.5 * s)
+    forms = np.empty((r, b * r))
+    if identity:
+        solved = np.empty((b * r, n))
+        for j in range(b):
+            for p in range(n):
+                for q in range(n):
+                    solved[j * r + p, q] = kx[j, p] * inverse[p, q]
+                    forms[p, j * r + q] = solved[j * r + p, q] * kx[j, q]
+    else:
+        weighted_basis = np.empty((b * r, n))
+        for j in range(b):
+            for i in range(n):
+                for q in range(r):
+                    weighted_basis[j * r + q, i] = kx[j, i] * basis[i, q]
+        solved = weighted_basis @ inverse  # K^{-1} symmetric
+        for j in range(b):
+            forms[:, j * r:(j + 1) * r] = solved[j * r:(j + 1) * r] @ weighted_basis[j * r:(j + 1) * r].T
+    return kx, solved, forms
+
+
+@njit(cache=True)
+def _pair_values(x, train, lengthscale, inverse, alpha, mean_constant, beta, basis, identity,  # type: ignore[no-untyped-def]
+                 coefficients, vectors):
+    """(u [b, N], 1/sigma [b, N] (0 where the variance is at the floor), kx, S_b stacked)."""
+    b = x.shape[0]
+    n_contexts = vectors.shape[0]
+    r = train.shape[0] if identity else basis.shape[1]
+    inverse_l2 = 1.0 / (lengthscale * lengthscale)
+    kx, solved, forms = _candidate_forms(x, train, inverse_l2, inverse, basis, identity)
+    weighted_alpha = np.empty_like(kx)
+    for j in range(b):
+        for i in range(train.shape[0]):
+            weighted_alpha[j, i] = kx[j, i] * alpha[i]
+    means = weighted_alpha @ vectors.T  # [b, N]
+    products = coefficients @ forms  # [N, b r]: (B_b a_j)^T
+    values = np.empty((b, n_contexts))
+    inverse_sigma = np.empty((b, n_contexts))
+    for j in range(b):
+        col = j * r
+        for c in range(n_contexts):
+            quad = 0.0
+            for q in range(r):
+                quad += products[c, col + q] * coefficients[c, q]
+            variance = 1.0 - quad
+            sigma = np.sqrt(max(variance, VARIANCE_FLOOR))
+            values[j, c] = mean_constant + means[j, c] + beta * sigma
+            inverse_sigma[j, c] = 1.0 / sigma if variance > VARIANCE_FLOOR else 0.0
+    return values, inverse_sigma, kx, solved
+
+
+@njit(cache=True)
+def _pair_gradient(x, train, lengthscale, alpha, beta, basis, identity, coefficients, vectors,  # type: ignore[no-untyped-def]
+                   kx, solved, inverse_sigma, weights):
+    """d/dx_b of sum_j w_bj u_bj [b, d_x] for the pair weights w [b, N]."""
+    b, dim_x = x.shape
+    n = train.shape[0]
+    n_contexts = vectors.shape[0]
+    r = n if identity else basis.shape[1]
+    inverse_l2 = 1.0 / (lengthscale * lengthscale)
+    levels = weights @ vectors  # [b, n]: sum_j w_bj kc_j
+    scaled_coefficients = np.empty((n_contexts, b * r))  # (w_bj / sigma_bj) a_j, side by side
+    for j in range(b):
+        col = j * r
+        for c in range(n_contexts):
+            factor = weights[j, c] * inverse_sigma[j, c]
+            for q in range(r):
+                scaled_coefficients[c, col + q] = factor * coefficients[c, q]
+    grams = coefficients.T @ scaled_coefficients  # [r, b r]: G_b side by side
+    if not identity:
+        grams = basis @ grams  # V G_b
+    gradient = np.zeros((b, dim_x))
+    for j in range(b):
+        col = j * r
+        for i in range(n):
+            z = 0.0
+            for q in range(r):
+                z += solved[col + q, i] * grams[i, col + q]
+            weight = kx[j, i] * (alpha[i] * levels[j, i] - beta * z)
+            for e in range(dim_x):
+                gradient[j, e] -= weight * (x[j, e] - train[i, e]) * inverse_l2[e]
+    return gradient
+
+
+@njit(cache=True)
+def _fresh_pair_values(x, contexts, train, lengthscale, inverse, alpha, mean_constant, beta,  # type: ignore[no-untyped-def]
+                       region, residual_max):
+    """u [b, N] for contexts [N, d_c] seen once: their vectors kc [N, n], projected onto `region`
+    [n, r] (r > 0) where every vector lies within `residual_max` of its span, else V = I."""
+    n, dim = train.shape
+    dim_x = x.shape[1]
+    n_contexts, dim_c = contexts.shape
+    inverse_l2 = 1.0 / (lengthscale * lengthscale)
+    vectors = np.empty((n_contexts, n))
+    for c in range(n_contexts):
+        for i in range(n):
+            s = 0.0
+            for d in range(dim_c):
+                t = contexts[c, d] - train[i, dim_x + d]
+                s += t * t * inverse_l2[dim_x + d]
+            vectors[c, i] = np.exp(-0.5 * s)
+    if region.shape[1] > 0:
+        coefficients = vectors @ region
+        residual = vectors - coefficients @ region.T
+        if np.abs(residual).max() <= residual_max:
+            return _pair_values(x, train, lengthscale, inverse, alpha, mean_constant, beta, region, False,
+                                coefficients, vectors)[0]
+    return _pair_values(x, train, lengthscale, inverse, alpha, mean_constant, beta, region, True,
+                        vectors, vectors)[0]
