@@ -1,4 +1,6 @@
-"""ERBO's and WDRBO's acquisition for an Adam step in one compiled call (option `adam_pass: compiled`).
+"""An Adam step's acquisition in compiled calls (option `adam_pass: compiled`): ERBO's, WDRBO's
+and SBO-KDE's mean UCB (`CompiledUCB`), and the UCB at every (candidate, context) pair that
+DRBO-KDE, the minimax and StableOpt take a function of (`CompiledPairs`, `CompiledFreshPairs`).
 
 An Adam step asks, for a few candidates x_b and differentiably in x, for the mean UCB over the
 centre's contexts c_j (weights w_j) and, in WDRBO, L(x_b) = max_m ||grad_c UCB(x_b, c_m)|| over
