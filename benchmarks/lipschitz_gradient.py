@@ -96,7 +96,7 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
     samples = torch.rand(1024, dim_c, generator=generator, dtype=torch.float64)
     grid = context_grid(box, 1024, False)
     weights, gram = empirical_pmf(train[:, 2:], grid), context_gram(grid, model.lengthscale[2:])
-    acquisitions, batch = {}, {}
+    acquisitions = {}
     for route in ("torch", "compiled"):
         compiled = route == "compiled"
         acquisitions[f"drbo-kde, {route}"] = DRBOKDEAcquisition(model, 1.5, samples, 0.3, 1024, box,
