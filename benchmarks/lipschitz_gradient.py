@@ -65,10 +65,19 @@ def step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 300) -> di
                                           compiled=True),
     }
     x = torch.rand(10, 1, generator=generator, dtype=torch.float64).requires_grad_(True)
-    best = {label: float("inf") for label in acquisitions}
-    for _ in range(repeats):  # interleaved, so that a slow spell of the machine hits every variant
-        for label, acquisition in acquisitions.items():
-            for _ in range(20):
+    return _best_ms({label: (acquisition, x) for label, acquisition in acquisitions.items()}, repeats, calls, 20)
+
+
+def _best_ms(steps: dict, repeats: int, calls: int, warm_up: int) -> dict[str, float]:
+    """{label: ms per forward + backward}, best of `repeats` timings of `calls` steps each, for
+    `steps` {label: (acquisition, candidates)}, interleaved so that a slow spell of the machine
+    hits every variant."""
+    import torch
+
+    best = {label: float("inf") for label in steps}
+    for _ in range(repeats):
+        for label, (acquisition, x) in steps.items():
+            for _ in range(warm_up):
                 torch.autograd.grad(acquisition(x).sum(), x)
             start = time.perf_counter()
             for _ in range(calls):
@@ -107,17 +116,8 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
                                                          compiled=compiled)
     x = {5: torch.rand(5, 2, generator=generator, dtype=torch.float64).requires_grad_(True)}
     x[10] = torch.rand(10, 2, generator=generator, dtype=torch.float64).requires_grad_(True)
-    best = {label: float("inf") for label in acquisitions}
-    for _ in range(repeats):
-        for label, acquisition in acquisitions.items():
-            point = x[5 if label.startswith("drbo-kde") else 10]
-            for _ in range(5):
-                torch.autograd.grad(acquisition(point).sum(), point)
-            start = time.perf_counter()
-            for _ in range(calls):
-                torch.autograd.grad(acquisition(point).sum(), point)
-            best[label] = min(best[label], (time.perf_counter() - start) / calls * 1e3)
-    return best
+    steps = {label: (acquisition, x[5 if label.startswith("drbo-kde") else 10]) for label, acquisition in acquisitions.items()}
+    return _best_ms(steps, repeats, calls, 5)
 
 
 def main() -> None:

@@ -72,12 +72,19 @@ def test_compiled_adam_pass_agrees_with_torch(algorithm, problem_name: str, n: i
 
 @pytest.mark.parametrize(("algorithm", "problem_name"), [
     (WDRBO, "newsvendor"), (ERBO, "newsvendor"), (WDRBO, "hartmann"), (SBOKDE, "hartmann"),
+    (DRBOKDE, "hartmann"), (DRBOMMDMinimax, "hartmann"),  # the pair kernel's backward pass
 ])
 def test_compiled_adam_pass_gradient_matches_finite_differences(algorithm, problem_name: str) -> None:
+    """d(value)/dx of the kernels, for a weighted mean (ERBO, WDRBO, SBO-KDE), a sorted-weight
+    sum (DRBO-KDE; its m(x), redrawn at every call, held fixed here) and the minimax's closed form."""
     problem, (acq,) = _paper_acquisitions(problem_name, 45, [{"adam_pass": "compiled"}], algorithm)
     assert acq._compiled is not None
     low, high = problem.decision_bounds
     x = low + (high - low) * torch.rand(4, problem.dim_x, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    if algorithm is DRBOKDE:
+        with torch.no_grad():
+            fixed_minimum = acq.minimum(x)
+        acq.minimum = lambda points: fixed_minimum
     xr = x.clone().requires_grad_(True)
     (grad,) = torch.autograd.grad(acq(xr).sum(), xr)
     h = 1e-6 * float((high - low).max())
@@ -141,29 +148,6 @@ def test_compiled_pairs_agree_with_torch(algorithm, problem_name: str, n: int, i
     many = low + (high - low) * torch.rand(40, problem.dim_x, generator=generator, dtype=torch.float64)
     with torch.no_grad():  # the screening pass's many candidates keep torch's pass
         assert torch.allclose(compiled(many), torch_pass(many), rtol=0, atol=1e-12)
-
-
-@pytest.mark.parametrize("algorithm", [DRBOKDE, DRBOMMDMinimax])
-def test_compiled_pairs_gradient_matches_finite_differences(algorithm) -> None:
-    """d(value)/dx through the kernel's backward pass, for a sorted-weight sum (DRBO-KDE; its
-    m(x) redrawn at every call is held fixed here) and for the minimax's closed form."""
-    problem, (acq,) = _paper_acquisitions("hartmann", 45, [{"adam_pass": "compiled"}], algorithm)
-    low, high = problem.decision_bounds
-    x = low + (high - low) * torch.rand(4, problem.dim_x, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
-    if algorithm is DRBOKDE:
-        with torch.no_grad():
-            fixed_minimum = acq.minimum(x)
-        acq.minimum = lambda points: fixed_minimum
-    xr = x.clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(acq(xr).sum(), xr)
-    h = 1e-6 * float((high - low).max())
-    numeric = torch.zeros_like(x)
-    for k in range(problem.dim_x):
-        step = torch.zeros_like(x)
-        step[:, k] = h
-        with torch.no_grad():
-            numeric[:, k] = (acq(x + step) - acq(x - step)) / (2 * h)
-    assert torch.allclose(grad, numeric, rtol=1e-4, atol=1e-6)
 
 
 def test_compiled_fresh_pairs_take_the_region_basis_only_where_it_spans_the_contexts() -> None:

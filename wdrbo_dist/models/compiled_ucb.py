@@ -238,19 +238,11 @@ def _acquisition_terms(x, train, lengthscale, inverse, alpha, mean_constant, bet
         for i in range(n):
             level += weighted_alpha[j, i] * centre_mean[i]
         mean[j] = mean_constant * weight_sum + level + beta * spread
-    grams = centre_coefficients.T @ scaled_coefficients  # [r, b r]: G_b side by side
-    if not identity:
-        grams = basis @ grams  # V G_b
-    d_mean = np.zeros((b, dim_x))
+    levels = np.empty((b, n))  # u, the same for every candidate
     for j in range(b):
-        col = j * r
-        for i in range(n):
-            z = 0.0
-            for q in range(r):
-                z += solved[col + q, i] * grams[i, col + q]
-            weight = kx[j, i] * (alpha[i] * centre_mean[i] - beta * z)
-            for e in range(dim_x):
-                d_mean[j, e] -= weight * (x[j, e] - train[i, e]) * inverse_l2[e]
+        levels[j] = centre_mean
+    d_mean = _mean_term_gradient(x, train, inverse_l2, alpha, beta, basis, identity, kx, solved,
+                                 centre_coefficients.T @ scaled_coefficients, levels)
 
     norm = np.zeros(b)
     jacobian = np.zeros((b, dim_x))
@@ -419,7 +411,17 @@ def _pair_gradient(x, train, lengthscale, alpha, beta, basis, identity, coeffici
             factor = weights[j, c] * inverse_sigma[j, c]
             for q in range(r):
                 scaled_coefficients[c, col + q] = factor * coefficients[c, q]
-    grams = coefficients.T @ scaled_coefficients  # [r, b r]: G_b side by side
+    return _mean_term_gradient(x, train, inverse_l2, alpha, beta, basis, identity, kx, solved,
+                               coefficients.T @ scaled_coefficients, levels)
+
+
+@njit(cache=True)
+def _mean_term_gradient(x, train, inverse_l2, alpha, beta, basis, identity, kx, solved, grams, levels):  # type: ignore[no-untyped-def]
+    """d/dx_b of sum_j w_bj UCB(x_b, c_j) [b, d_x] from G_b side by side (`grams` [r, b r]) and
+    u_b = sum_j w_bj kc_j (`levels` [b, n]): sum_i kx_bi g_bie (alpha_i u_bi - beta Z_bi)."""
+    b, dim_x = x.shape
+    n = train.shape[0]
+    r = n if identity else basis.shape[1]
     if not identity:
         grams = basis @ grams  # V G_b
     gradient = np.zeros((b, dim_x))
