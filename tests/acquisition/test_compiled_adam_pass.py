@@ -31,6 +31,16 @@ def _paper_acquisitions(problem_name: str, n: int, options: list[dict], algorith
     return problem, acquisitions
 
 
+def _pair_kernel(acquisition):
+    """The acquisition's compiled pair kernel, fixed contexts or fresh ones (None: torch's pass)."""
+    if hasattr(acquisition, "fresh"):  # DRBO-KDE: its samples' kernel (and its m(x)'s, checked below)
+        assert (acquisition.samples_ucb._compiled is None) is (acquisition.fresh._compiled is None)
+        return acquisition.samples_ucb._compiled
+    if hasattr(acquisition, "grid_ucb"):  # the minimax
+        return acquisition.grid_ucb._compiled
+    return acquisition.ucb._compiled if hasattr(acquisition, "ucb") else acquisition._compiled
+
+
 @pytest.mark.parametrize(("algorithm", "problem_name", "n", "identity"), [
     (WDRBO, "ackley", 40, False),  # one context dimension: the vectors' numerical basis (r ~ 25 < n)
     (WDRBO, "ackley", 15, True),  # few points: the basis would save nothing, V = I
@@ -78,7 +88,7 @@ def test_compiled_adam_pass_gradient_matches_finite_differences(algorithm, probl
     """d(value)/dx of the kernels, for a weighted mean (ERBO, WDRBO, SBO-KDE), a sorted-weight
     sum (DRBO-KDE; its m(x), redrawn at every call, held fixed here) and the minimax's closed form."""
     problem, (acq,) = _paper_acquisitions(problem_name, 45, [{"adam_pass": "compiled"}], algorithm)
-    assert acq._compiled is not None
+    assert _pair_kernel(acq) is not None
     low, high = problem.decision_bounds
     x = low + (high - low) * torch.rand(4, problem.dim_x, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
     if algorithm is DRBOKDE:
@@ -109,13 +119,6 @@ def test_compiled_adam_pass_is_the_paper_default_and_falls_back_where_it_cannot_
     assert CompiledUCB.build(model, nodes, weights, points, 1.5) is not None
     assert CompiledUCB.build(model, nodes, weights, points.float(), 1.5) is None
     assert CompiledPairs.build(model, nodes.float(), 1.5) is None
-
-
-def _pair_kernel(acquisition):
-    """The acquisition's compiled pair kernel, fixed contexts or fresh ones (None: torch's pass)."""
-    if hasattr(acquisition, "fresh"):  # DRBO-KDE: its samples' kernel (and its m(x)'s, checked below)
-        assert (acquisition._compiled is None) is (acquisition.fresh._compiled is None)
-    return acquisition.ucb._compiled if hasattr(acquisition, "ucb") else acquisition._compiled
 
 
 @pytest.mark.parametrize(("algorithm", "problem_name", "n", "identity"), [

@@ -50,6 +50,24 @@ def compiled_pairs(model: GaussianProcess, contexts: Tensor, beta: float) -> "Co
     return CompiledPairs.build(model, contexts, beta)
 
 
+class FixedContextUCB:
+    """x [b, d_x] -> u [b, N], the UCB at every (candidate, context) pair for contexts fixed over
+    the BO step, differentiable in x: torch's pass on the GP's context features for the
+    screening pass's many candidates, the compiled pair kernel (with `compiled`, on the CPU)
+    for an Adam step's few. DRBO-KDE's KDE samples and the minimax's grid take it."""
+
+    def __init__(self, model: GaussianProcess, contexts: Tensor, beta: float, compiled: bool = False) -> None:
+        self.model = model
+        self.beta = beta
+        self.features = model.context_features(contexts)
+        self._compiled = compiled_pairs(model, contexts, beta) if compiled else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:
+            return self._compiled(x)
+        return self.model.ucb_from_features(x, self.features, self.beta)[0]
+
+
 def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Tensor | None) -> "CompiledFreshPairs | None":
     """The kernel's UCB [b, N] without gradient for contexts drawn afresh at every call (None off
     the CPU or float64)."""

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
-from wdrbo_dist.acquisition.compiled import ADAM_PASS, COMPILED_MAX_BATCH, compiled_pairs
+from wdrbo_dist.acquisition.compiled import ADAM_PASS, FixedContextUCB
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.acquisition.optimize import scrambled_sobol
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
@@ -124,8 +124,7 @@ class DRBOKDEAcquisition(Acquisition):
         super().__init__(radius=radius)
         self.model = model
         self.beta = beta
-        self.features = model.context_features(kde)  # the KDE samples are fixed for the whole step
-        self._compiled = compiled_pairs(model, kde, beta) if compiled else None
+        self.samples_ucb = FixedContextUCB(model, kde, beta, compiled)  # u [b, N]: the samples are fixed for the step
         self.fresh = FreshContextUCB(model, beta, min_box, compiled)  # m(x)'s Sobol points change at every call
         self.min_points = min_points
         self.min_box = min_box  # [2, d_c]: c = min_box[0] + (min_box[1] - min_box[0]) * v
@@ -146,12 +145,6 @@ class DRBOKDEAcquisition(Acquisition):
             with torch.no_grad():
                 return self.fresh(x.detach(), points).amin(dim=-1)
         return self.fresh(x, points).amin(dim=-1)
-
-    def samples_ucb(self, x: Tensor) -> Tensor:
-        """u [b, N]: the UCB at every KDE sample."""
-        if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)
-            return self._compiled(x)
-        return self.model.ucb_from_features(x, self.features, self.beta)[0]
 
     def forward(self, x: Tensor) -> Tensor:
         u = self.samples_ucb(x)

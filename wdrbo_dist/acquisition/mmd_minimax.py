@@ -29,7 +29,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
-from wdrbo_dist.acquisition.compiled import ADAM_PASS, COMPILED_MAX_BATCH, compiled_pairs
+from wdrbo_dist.acquisition.compiled import ADAM_PASS, FixedContextUCB
 from wdrbo_dist.acquisition.mmd_common import (
     MMD_RADIUS_CONSTANT,
     context_gram,
@@ -100,18 +100,11 @@ class MinimaxAcquisition(Acquisition):
         super().__init__(radius=radius)
         self.model = model
         self.beta = beta
-        self.features = model.context_features(grid)
-        self._compiled = compiled_pairs(model, grid, beta) if compiled else None
+        self.grid_ucb = FixedContextUCB(model, grid, beta, compiled)  # u [b, N] on the grid
         self.w = w
         self.mmd_squared = point_mmd_squared(gram, w)  # constant over the BO step
         self.uniform_mean = uniform_mean
         self.case3_zero_bug = case3_zero_bug
-
-    def grid_ucb(self, x: Tensor) -> Tensor:
-        """u [b, N]: the UCB at every grid point."""
-        if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)
-            return self._compiled(x)
-        return self.model.ucb_from_features(x, self.features, self.beta)[0]
 
     def forward(self, x: Tensor) -> Tensor:
         u = self.grid_ucb(x)

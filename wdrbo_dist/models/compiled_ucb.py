@@ -123,7 +123,7 @@ class CompiledFreshPairs:
         self.arguments = _host_arrays((model.train_x, model.lengthscale, model.inverse, model.weights,
                                        float(model.mean_constant), float(beta)))
         self.region = None if region is None else _host_arrays((region,))[0]
-        self.empty_basis = np.empty((model.n, 0))
+        self.n = model.n
 
     @classmethod
     def build(cls, model: GaussianProcess, beta: float, region: Tensor | None) -> "CompiledFreshPairs | None":
@@ -135,10 +135,9 @@ class CompiledFreshPairs:
     def __call__(self, x: Tensor, contexts: Tensor) -> Tensor:
         host_x = np.ascontiguousarray(x.detach().numpy())
         host_contexts = np.ascontiguousarray(contexts.detach().numpy())
-        n, r = self.empty_basis.shape[0], 0 if self.region is None else self.region.shape[1]
-        use_region = not _identity_is_cheaper(n, r, contexts.shape[0])
-        values = _fresh_pair_values(host_x, host_contexts, *self.arguments,
-                                    self.region if use_region else self.empty_basis, REGION_RESIDUAL_MAX)
+        rank = 0 if self.region is None else self.region.shape[1]
+        region = np.empty((self.n, 0)) if _identity_is_cheaper(self.n, rank, contexts.shape[0]) else self.region
+        values = _fresh_pair_values(host_x, host_contexts, *self.arguments, region, REGION_RESIDUAL_MAX)
         return torch.from_numpy(values)
 
 
