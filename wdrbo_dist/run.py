@@ -276,7 +276,8 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
         t = time.perf_counter()
         model, fit = fit_gp(inputs.to(device), state.y.to(device), gens["algorithm"],
                             context_basis=bool(algorithm.options["context_basis"]),
-                            context_forms=bool(algorithm.options["context_forms"]))
+                            context_forms=bool(algorithm.options["context_forms"]),
+                            compiled_objective=algorithm.options["gp_objective"] == "compiled")
         time_fit = time.perf_counter() - t
         t = time.perf_counter()
         acquisition = algorithm.acquisition(model, state, gens["algorithm"])

@@ -229,19 +229,18 @@ def test_numerical_basis_spans_the_vectors_and_keeps_nothing_of_zero_vectors() -
 def test_an_attempt_stopped_by_the_iteration_limit_is_not_retried_as_botorch_does(monkeypatch) -> None:
     """BoTorch's fit counts L-BFGS-B's iteration / evaluation limit (status 1) as a success and
     retries only other failures (e.g. an abnormal line search, status 2)."""
-    import scipy.optimize
-
     import wdrbo_dist.models.gp as gp
+    from wdrbo_dist.models.lbfgsb import Minimum
 
     g = torch.Generator().manual_seed(0)
     x = torch.rand(8, 2, generator=g, dtype=torch.float64)
     y = torch.sin(6 * x[:, 0]) + x[:, 1]
     for status, attempts in ((1, 1), (2, gp.MAX_FIT_ATTEMPTS)):
-        def stopped(fun, x0, jac, method, bounds, _status=status):
-            value, _ = fun(x0)
-            return scipy.optimize.OptimizeResult(x=x0, fun=value, success=False, status=_status)
+        def stopped(objective, x0, lower, upper, _status=status):
+            value, _ = objective(x0)
+            return Minimum(x=x0, fun=value, status=_status, nfev=1, nit=0)
 
-        monkeypatch.setattr(gp, "minimize", stopped)
+        monkeypatch.setattr(gp, "minimize_lbfgsb", stopped)
         _, report = gp.fit_gp(x, y, torch.Generator().manual_seed(1))
         assert report.attempts == attempts
         assert report.converged == (status == 1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TypeVar
@@ -25,8 +26,9 @@ from typing import TypeVar
 import numpy as np
 import torch
 import scipy.linalg
-from scipy.optimize import minimize
 from torch import Tensor
+
+from wdrbo_dist.models.lbfgsb import minimize_lbfgsb
 
 LENGTHSCALE_MIN = 0.025
 NOISE_MIN = 1e-4
@@ -639,11 +641,12 @@ class _MapObjective:
 
 def fit_gp(
     train_x: Tensor, train_y: Tensor, generator: torch.Generator, context_basis: bool = False,
-    context_forms: bool = False,
+    context_forms: bool = False, compiled_objective: bool = False,
 ) -> tuple[GaussianProcess, FitReport]:
     """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes (`context_basis`,
     `context_forms`: the routes the fitted model takes for context sets, see
-    `GaussianProcess.ucb_pairs` and `quadratic_forms`).
+    `GaussianProcess.ucb_pairs` and `quadratic_forms`; `compiled_objective`: the objective's
+    numba kernels, models/compiled_fit.py, rather than NumPy's `_MapObjective`).
 
     An attempt whose L-BFGS-B fails (other than at its iteration limit, as in BoTorch) or meets
     a non-finite value is retried from hyperparameters drawn from the priors with `generator`,
@@ -654,9 +657,16 @@ def fit_gp(
     n, dim = train_x.shape
     y_std, y_mean, y_scale = standardize(train_y)
     loc, scale = lengthscale_prior(dim)
-    objective = _MapObjective(train_x.detach().cpu().numpy(), y_std.detach().cpu().numpy(), (loc, scale))
+    host_x, host_y = train_x.detach().cpu().numpy(), y_std.detach().cpu().numpy()
+    if compiled_objective:
+        from wdrbo_dist.models.compiled_fit import CompiledMapObjective
+
+        objective: Callable[[np.ndarray], tuple[float, np.ndarray]] = CompiledMapObjective(
+            host_x, host_y, (loc, scale), NOISE_PRIOR)
+    else:
+        objective = _MapObjective(host_x, host_y, (loc, scale))
     lower = np.array([LENGTHSCALE_MIN] * dim + [NOISE_MIN, -np.inf])
-    bounds = [(lo, None) for lo in lower[:-1]] + [(None, None)]
+    upper = np.full(dim + 2, np.inf)
 
     start = np.array([math.exp(loc - scale**2)] * dim + [math.exp(NOISE_PRIOR[0] - NOISE_PRIOR[1] ** 2), 0.0])
     best: tuple[float, np.ndarray] | None = None
@@ -665,7 +675,7 @@ def fit_gp(
     for attempts in range(1, MAX_FIT_ATTEMPTS + 1):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = minimize(objective, start, jac=True, method="L-BFGS-B", bounds=bounds)
+            res = minimize_lbfgsb(objective, start, lower, upper)
         value = float(res.fun)
         if math.isfinite(value) and (best is None or value < best[0]):
             best = (value, res.x.copy())
