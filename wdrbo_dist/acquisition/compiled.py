@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
-from wdrbo_dist.models.gp import GaussianProcess
+from wdrbo_dist.models.gp import ContextFeatures, GaussianProcess
 
 if TYPE_CHECKING:
     from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs, CompiledPairs, CompiledUCB
@@ -42,12 +42,14 @@ def compiled_mean_ucb(model: GaussianProcess, nodes: Tensor, weights: Tensor, be
     return CompiledUCB.build(model, nodes, weights, points, beta, radius=radius, detach_lipschitz=detach_lipschitz)
 
 
-def compiled_pairs(model: GaussianProcess, contexts: Tensor, beta: float) -> "CompiledPairs | None":
+def compiled_pairs(model: GaussianProcess, contexts: Tensor, beta: float,
+                   features: ContextFeatures | None = None) -> "CompiledPairs | None":
     """The kernel's UCB [b, N] at every (candidate, context) pair for these fixed contexts, for an
-    acquisition that is some function of them (None off the CPU or float64)."""
+    acquisition that is some function of them (None off the CPU or float64); `features`: the
+    GP's context features of the same contexts, whose vectors and basis it reuses."""
     from wdrbo_dist.models.compiled_ucb import CompiledPairs
 
-    return CompiledPairs.build(model, contexts, beta)
+    return CompiledPairs.build(model, contexts, beta, features)
 
 
 class FixedContextUCB:
@@ -60,7 +62,7 @@ class FixedContextUCB:
         self.model = model
         self.beta = beta
         self.features = model.context_features(contexts)
-        self._compiled = compiled_pairs(model, contexts, beta) if compiled else None
+        self._compiled = compiled_pairs(model, contexts, beta, self.features) if compiled else None
 
     def __call__(self, x: Tensor) -> Tensor:
         if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:

@@ -31,7 +31,14 @@ import torch
 from numba import njit
 from torch import Tensor
 
-from wdrbo_dist.models.gp import REGION_RESIDUAL_MAX, VARIANCE_FLOOR, GaussianProcess, numerical_basis, rbf
+from wdrbo_dist.models.gp import (
+    REGION_RESIDUAL_MAX,
+    VARIANCE_FLOOR,
+    ContextFeatures,
+    GaussianProcess,
+    numerical_basis,
+    rbf,
+)
 
 
 class CompiledUCB:
@@ -93,13 +100,24 @@ class CompiledPairs:
         self.identity = identity
 
     @classmethod
-    def build(cls, model: GaussianProcess, contexts: Tensor, beta: float) -> "CompiledPairs | None":
-        """None off the CPU or float64; V = I where the basis saves no work (the same rule)."""
+    def build(cls, model: GaussianProcess, contexts: Tensor, beta: float,
+              features: ContextFeatures | None = None) -> "CompiledPairs | None":
+        """None off the CPU or float64; V = I where the basis saves no work (the same rule).
+        `features`: the GP's context features of the same contexts (no gradient contexts), whose
+        vectors and, on the basis route, basis are the ones this would compute (the same
+        arithmetic on the same inputs), so they are not computed twice."""
         if any(t.device.type != "cpu" or t.dtype != torch.float64 for t in (model.train_x, contexts)):
             return None
         dim_c, n = contexts.shape[-1], model.n
-        vectors = rbf(contexts, model.train_x[:, -dim_c:], model.lengthscale[-dim_c:])  # [N, n]
-        basis, coefficients = numerical_basis(vectors)
+        shared = features is not None and features.n_gradient == 0
+        if shared:
+            vectors = features.mean.T.contiguous()  # [N, n]: rbf's bits, as below
+        else:
+            vectors = rbf(contexts, model.train_x[:, -dim_c:], model.lengthscale[-dim_c:])  # [N, n]
+        if shared and features.basis is not None:
+            basis = features.basis  # numerical_basis(vectors)'s V
+        else:
+            basis, _ = numerical_basis(vectors)
         identity = _identity_is_cheaper(n, basis.shape[1], vectors.shape[0])
         if identity:
             basis, coefficients = basis.new_empty(n, 0), vectors
