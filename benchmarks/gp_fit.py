@@ -30,7 +30,7 @@ def fit_times(repeats: int = 20) -> None:
     import torch
 
     from wdrbo_dist.models.compiled_fit import CompiledMapObjective
-    from wdrbo_dist.models.gp import NOISE_PRIOR, _MapObjective, fit_gp, lengthscale_prior, standardize
+    from wdrbo_dist.models.gp import _MapObjective, fit_gp, lengthscale_prior, standardize
 
     def best_seconds(call, runs: int) -> float:  # type: ignore[no-untyped-def]
         call()  # the first call compiles (numba) or warms the caches
@@ -54,7 +54,7 @@ def fit_times(repeats: int = 20) -> None:
         host_x, host_y = x.numpy(), standardize(y)[0].numpy()
         theta = np.array([0.3, 0.4, 0.5, 0.01, 0.1])
         objectives = (_MapObjective(host_x, host_y, lengthscale_prior(3)),
-                      CompiledMapObjective(host_x, host_y, lengthscale_prior(3), NOISE_PRIOR))
+                      CompiledMapObjective(host_x, host_y, lengthscale_prior(3)))
         evaluations = [best_seconds(lambda o=objective: o(theta), repeats * 50) for objective in objectives]
         print(f"{n:>4} {fits[0] * 1e3:>13.2f} {fits[1] * 1e3:>16.2f} {fits[1] / fits[0]:>6.2f} "
               f"{evaluations[0] * 1e6:>14.0f} {evaluations[1] * 1e6:>17.0f} {evaluations[1] / evaluations[0]:>6.2f}")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from wdrbo_dist.models.compiled_fit import FAILED, CompiledMapObjective
-from wdrbo_dist.models.gp import NOISE_PRIOR, _MapObjective, fit_gp, lengthscale_prior, standardize
+from wdrbo_dist.models.compiled_fit import CompiledMapObjective
+from wdrbo_dist.models.gp import FAILED_OBJECTIVE, _MapObjective, fit_gp, lengthscale_prior, standardize
 
 
 def _objectives(n: int, dim: int, seed: int) -> tuple[_MapObjective, CompiledMapObjective]:
@@ -17,7 +17,7 @@ def _objectives(n: int, dim: int, seed: int) -> tuple[_MapObjective, CompiledMap
     x = generator.random((n, dim))
     y = standardize(torch.tensor(np.sin(5 * x).sum(-1) + 0.1 * generator.standard_normal(n)))[0].numpy()
     prior = lengthscale_prior(dim)
-    return _MapObjective(x, y, prior), CompiledMapObjective(x, y, prior, NOISE_PRIOR)
+    return _MapObjective(x, y, prior), CompiledMapObjective(x, y, prior)
 
 
 @pytest.mark.parametrize("n,dim", [(5, 2), (40, 3), (99, 4)])
@@ -36,7 +36,7 @@ def test_value_and_gradient_equal_numpys(n: int, dim: int, theta_head: tuple[flo
 def test_an_invalid_parameter_fails_as_numpys(theta: list[float]) -> None:
     numpy_objective, compiled = _objectives(12, 2, seed=1)
     value, gradient = compiled(np.array(theta))
-    assert value == FAILED == numpy_objective(np.array(theta))[0]
+    assert value == FAILED_OBJECTIVE == numpy_objective(np.array(theta))[0]
     assert not gradient.any()
 
 
@@ -44,8 +44,8 @@ def test_a_covariance_that_is_not_positive_definite_fails_as_numpys() -> None:
     x = np.repeat(np.random.default_rng(2).random((4, 2)), 2, axis=0)  # every point twice
     y = np.linspace(-1.0, 1.0, 8)
     theta = np.array([0.4, 0.4, 1e-300, 0.0])  # 1 + 1e-300 == 1: K singular in floating point
-    compiled = CompiledMapObjective(x, y, lengthscale_prior(2), NOISE_PRIOR)
-    assert compiled(theta)[0] == FAILED == _MapObjective(x, y, lengthscale_prior(2))(theta)[0]
+    compiled = CompiledMapObjective(x, y, lengthscale_prior(2))
+    assert compiled(theta)[0] == FAILED_OBJECTIVE == _MapObjective(x, y, lengthscale_prior(2))(theta)[0]
 
 
 def test_a_fit_lands_on_numpys_hyperparameters() -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from wdrbo_dist.models.gp import LENGTHSCALE_MIN, NOISE_MIN, _MapObjective, lengthscale_prior
+from wdrbo_dist.models.gp import FAILED_OBJECTIVE, LENGTHSCALE_MIN, NOISE_MIN, _MapObjective, lengthscale_prior
 from wdrbo_dist.models.lbfgsb import minimize_lbfgsb
 
 
@@ -47,7 +47,7 @@ def test_a_fit_takes_scipys_steps(seed: int) -> None:
 def test_an_objective_that_fails_in_places_takes_scipys_steps() -> None:
     def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
         if theta[0] > 2.0:  # as the MAP objective where K is not positive definite
-            return 1e10, np.zeros_like(theta)
+            return FAILED_OBJECTIVE, np.zeros_like(theta)
         return float(((theta - 3.0) ** 2).sum()), 2 * (theta - 3.0)
 
     _assert_identical(objective, np.array([0.5, 0.5]), np.array([0.0, -np.inf]), np.array([np.inf, 10.0]))

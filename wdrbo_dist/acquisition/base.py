@@ -88,7 +88,7 @@ COMMON_OPTIONS: dict[str, Option] = {
     # The GP fit's MAP objective and its gradient, ~50 evaluations per BO step: NumPy's
     # (`numpy`, models/gp.py `_MapObjective`; the records of 0.13.0 and the reference profile's)
     # or two numba kernels around LAPACK (`compiled`, models/compiled_fit.py; the paper
-    # profile's since 0.14.0: the same values to ~1e-13, a fit ~2.5x cheaper).
+    # profile's since 0.14.0: the same values to ~1e-13, a fit 3-5x cheaper).
     # benchmarks/gp_fit.py times both and compares them over seeds.
     "gp_objective": Option("compiled", "numpy", choices=("compiled", "numpy")),
 }

@@ -16,26 +16,26 @@ import numpy as np
 from numba import njit
 from scipy.linalg import lapack
 
-FAILED = 1e10  # the objective's value where K is not positive definite or a value is not finite
+from wdrbo_dist.models.gp import FAILED_OBJECTIVE, NOISE_PRIOR
 
 
 class CompiledMapObjective:
     """theta = (lengthscales, noise variance, constant mean) -> (value, gradient), as
     `gp._MapObjective`: -(log N(y | m, K + s2 I) + log priors) / n."""
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, ls_prior: tuple[float, float],
-                 noise_prior: tuple[float, float]) -> None:
+    def __init__(self, x: np.ndarray, y: np.ndarray, ls_prior: tuple[float, float]) -> None:
         self.x = np.ascontiguousarray(x, dtype=np.float64)
         self.y = np.ascontiguousarray(y, dtype=np.float64)
-        self.priors = (*ls_prior, *noise_prior)
+        self.priors = (*ls_prior, *NOISE_PRIOR)
         self.const = 0.5 * self.x.shape[0] * math.log(2.0 * math.pi)
 
     def __call__(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
-        failed = (FAILED, np.zeros_like(theta))
+        failed = (FAILED_OBJECTIVE, np.zeros_like(theta))
         covariance = _covariance(self.x, theta)
         if covariance is None:
             return failed
-        # Column-major views of the symmetric matrix: LAPACK's lower triangle, no copy.
+        # The symmetric matrix as a column-major array (its transpose: no reordering copy); dpotrf
+        # factors a copy, as `_terms` reads the RBF values of `covariance` again.
         chol, info = lapack.dpotrf(covariance.T, lower=1, clean=0)
         if info != 0:
             return failed

@@ -33,6 +33,7 @@ from wdrbo_dist.models.lbfgsb import minimize_lbfgsb
 LENGTHSCALE_MIN = 0.025
 NOISE_MIN = 1e-4
 NOISE_PRIOR = (-4.0, 1.0)
+FAILED_OBJECTIVE = 1e10  # the MAP objective's value where K is not positive definite or a value is not finite
 MAX_FIT_ATTEMPTS = 5
 VARIANCE_FLOOR = 1e-12
 PAIR_CHUNK = 128  # candidates per block in `ucb_pairs` (keeps the [c, n(n+1)/2] block in cache)
@@ -612,14 +613,14 @@ class _MapObjective:
         dim, n = self.dim, self.n
         ls, noise, mean = theta[:dim], theta[dim], theta[dim + 1]
         if np.any(ls <= 0) or noise <= 0:
-            return 1e10, np.zeros_like(theta)
+            return FAILED_OBJECTIVE, np.zeros_like(theta)
         scaled = self.sq_diff / ls**2  # [n, n, D]
         k_rbf = np.exp(-0.5 * scaled.sum(-1))
         k = k_rbf + noise * np.eye(n)
         try:
             chol = np.linalg.cholesky(k)
         except np.linalg.LinAlgError:
-            return 1e10, np.zeros_like(theta)
+            return FAILED_OBJECTIVE, np.zeros_like(theta)
         resid = self.y - mean
         chol_inv = scipy.linalg.solve_triangular(chol, np.eye(n), lower=True, check_finite=False)
         k_inv = chol_inv.T @ chol_inv
@@ -635,7 +636,7 @@ class _MapObjective:
         value = (nll - lp_ls.sum() - lp_nz[0]) / n
         grad = np.concatenate([g_ls - dlp_ls, [g_noise - dlp_nz[0]], [g_mean]]) / n
         if not math.isfinite(value) or not np.all(np.isfinite(grad)):
-            return 1e10, np.zeros_like(theta)
+            return FAILED_OBJECTIVE, np.zeros_like(theta)
         return float(value), grad
 
 
@@ -662,7 +663,7 @@ def fit_gp(
         from wdrbo_dist.models.compiled_fit import CompiledMapObjective
 
         objective: Callable[[np.ndarray], tuple[float, np.ndarray]] = CompiledMapObjective(
-            host_x, host_y, (loc, scale), NOISE_PRIOR)
+            host_x, host_y, (loc, scale))
     else:
         objective = _MapObjective(host_x, host_y, (loc, scale))
     lower = np.array([LENGTHSCALE_MIN] * dim + [NOISE_MIN, -np.inf])
@@ -681,7 +682,7 @@ def fit_gp(
             best = (value, res.x.copy())
         # BoTorch's rule: L-BFGS-B stopping at its iteration or evaluation limit (status 1) is
         # not a failed attempt; anything else unsuccessful is retried.
-        if (res.success or res.status == 1) and math.isfinite(value) and value < 1e10:
+        if (res.success or res.status == 1) and math.isfinite(value) and value < FAILED_OBJECTIVE:
             converged = True
             best = (value, res.x.copy())
             break
