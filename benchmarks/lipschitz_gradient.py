@@ -7,7 +7,9 @@ since 0.12.0 for ERBO, WDRBO and SBO-KDE, since 0.13.0 for the other three: the 
 L(x) with closed-form x-gradients, or the UCB at every (candidate, context) pair with the
 x-gradient of any function of them). `--compare gradient`: WDRBO's
 x-gradient of L(x) in closed form (option `wdrbo_L_gradient: analytic`, since 0.7.0) or by
-autograd's double backward (0.6.0's records), both on torch's pass. Same method? At what speed?
+autograd's double backward (0.6.0's records), both on torch's pass. `--compare sparse`: the
+minimax's compiled backward pass over every grid point (0.14.0's records) or over the points of
+nonzero weight only (option `minimax_sparse_gradient`, since 0.15.0). Same method? At what speed?
 
 Each pair agrees to ~1e-12 relative (tests/acquisition/test_wdrbo.py), which is enough for one
 seed's trajectories to part after a few BO steps, so the routes are compared over seeds, paired
@@ -35,6 +37,7 @@ COMPARISONS: dict[str, dict[str, dict[str, object]]] = {
         "autograd": {"wdrbo_L_gradient": "autograd", "adam_pass": "torch"},
         "analytic": {"wdrbo_L_gradient": "analytic", "adam_pass": "torch"},
     },
+    "sparse": {"dense": {"minimax_sparse_gradient": False}, "sparse": {"minimax_sparse_gradient": True}},
 }
 
 
@@ -112,6 +115,9 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
                                                                 torch.Generator().manual_seed(1), compiled=compiled)
         acquisitions[f"minimax, {route}"] = MinimaxAcquisition(model, 1.5, grid, weights, gram, 0.3, False, False,
                                                                compiled=compiled)
+        if compiled:
+            acquisitions["minimax, sparse"] = MinimaxAcquisition(model, 1.5, grid, weights, gram, 0.3, False, False,
+                                                                 compiled=True, sparse_gradient=True)
         acquisitions[f"stableopt, {route}"] = MinimumUCB(model, 1.5, box, 1024, torch.Generator().manual_seed(1),
                                                          compiled=compiled)
     x = {5: torch.rand(5, 2, generator=generator, dtype=torch.float64).requires_grad_(True)}
@@ -125,7 +131,7 @@ def main() -> None:
     add_run_arguments(parser, problems=["ackley", "newsvendor"], seeds=10)
     parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd-minimax",
                                                             "stableopt"], default=["erbo", "wdrbo"],
-                        help="--compare pass: whose routes (gradient: WDRBO's only)")
+                        help="--compare pass: whose routes (gradient: WDRBO's only; sparse: the minimax's only)")
     parser.add_argument("--compare", choices=list(COMPARISONS), default="pass", help="which two routes to run")
     parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")
     parser.add_argument("--n", type=count, default=99, help="--step: training points of the GP")
@@ -139,7 +145,7 @@ def main() -> None:
             print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, {5 if 'kde' in label else 10} "
                   f"candidates, n = {args.n}, d_c = {args.dim_c})")
         return
-    algorithms = args.algorithms if args.compare == "pass" else ["wdrbo"]
+    algorithms = {"pass": args.algorithms, "gradient": ["wdrbo"], "sparse": ["drbo-mmd-minimax"]}[args.compare]
     compare(algorithms, args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, "paper", args.workers,
             first_seed=args.first_seed)
 

@@ -167,3 +167,22 @@ def test_compiled_fresh_pairs_take_the_region_basis_only_where_it_spans_the_cont
     for contexts in (box[0] + width * torch.rand(1024, 1, dtype=torch.float64),  # inside: the region basis
                      box[1] + width * torch.rand(1024, 1, dtype=torch.float64)):  # outside: V = I
         assert torch.allclose(compiled(x, contexts), torch_pass(x, contexts), rtol=0, atol=1e-12)
+
+
+def test_the_minimax_backward_pass_over_nonzero_weights_gives_the_dense_gradient() -> None:
+    """Option `minimax_sparse_gradient`: d(value)/du is zero off w's support and the minimisers
+    (most of the grid), so the backward pass leaves those grid points out: the same gradient to
+    rounding."""
+    problem, (sparse, dense) = _paper_acquisitions("ackley", 45, [{}, {"minimax_sparse_gradient": False}],
+                                                   DRBOMMDMinimax, context_basis=True)
+    assert _pair_kernel(sparse).sparse_backward and not _pair_kernel(dense).sparse_backward
+    assert int((sparse.w > 0).sum()) < sparse.w.numel() // 10
+    low, high = problem.decision_bounds
+    x = low + (high - low) * torch.rand(10, problem.dim_x, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    gradients = []
+    for acquisition in (sparse, dense):
+        xr = x.clone().requires_grad_(True)
+        gradients.append(torch.autograd.grad(acquisition(xr).sum(), xr)[0])
+    assert gradients[0].abs().max() > 0
+    assert torch.allclose(gradients[0], gradients[1], rtol=1e-11, atol=1e-13)
+    assert DRBOMMDMinimax.resolve_options("reference", {})["minimax_sparse_gradient"] is False

@@ -43,13 +43,14 @@ def compiled_mean_ucb(model: GaussianProcess, nodes: Tensor, weights: Tensor, be
 
 
 def compiled_pairs(model: GaussianProcess, contexts: Tensor, beta: float,
-                   features: ContextFeatures | None = None) -> "CompiledPairs | None":
+                   features: ContextFeatures | None = None, sparse_backward: bool = False) -> "CompiledPairs | None":
     """The kernel's UCB [b, N] at every (candidate, context) pair for these fixed contexts, for an
     acquisition that is some function of them (None off the CPU or float64); `features`: the
-    GP's context features of the same contexts, whose vectors and basis it reuses."""
+    GP's context features of the same contexts, whose vectors and basis it reuses;
+    `sparse_backward`: the backward pass over the contexts of nonzero weight only."""
     from wdrbo_dist.models.compiled_ucb import CompiledPairs
 
-    return CompiledPairs.build(model, contexts, beta, features)
+    return CompiledPairs.build(model, contexts, beta, features, sparse_backward)
 
 
 class FixedContextUCB:
@@ -58,11 +59,12 @@ class FixedContextUCB:
     screening pass's many candidates, the compiled pair kernel (with `compiled`, on the CPU)
     for an Adam step's few. DRBO-KDE's KDE samples and the minimax's grid take it."""
 
-    def __init__(self, model: GaussianProcess, contexts: Tensor, beta: float, compiled: bool = False) -> None:
+    def __init__(self, model: GaussianProcess, contexts: Tensor, beta: float, compiled: bool = False,
+                 sparse_backward: bool = False) -> None:
         self.model = model
         self.beta = beta
         self.features = model.context_features(contexts)
-        self._compiled = compiled_pairs(model, contexts, beta, self.features) if compiled else None
+        self._compiled = compiled_pairs(model, contexts, beta, self.features, sparse_backward) if compiled else None
 
     def __call__(self, x: Tensor) -> Tensor:
         if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:

@@ -95,13 +95,16 @@ class CompiledPairs:
     weight per pair, w_bj = d(loss)/du_bj, in place of one per context: G_b = sum_j w_bj/sigma_bj
     a_j a_j^T and u_b = sum_j w_bj kc_j (the module's docstring)."""
 
-    def __init__(self, arguments: tuple, identity: bool) -> None:
+    def __init__(self, arguments: tuple, identity: bool, sparse_backward: bool = False) -> None:
         self.arguments = arguments  # train, lengthscale, K^{-1}, alpha, constant mean, beta, V, identity, a [N, r], kc [N, n]
         self.identity = identity
+        # The backward pass leaves out the contexts whose weight is zero for every candidate
+        # (terms of zero; the sums over the others change order, so a records change).
+        self.sparse_backward = sparse_backward
 
     @classmethod
     def build(cls, model: GaussianProcess, contexts: Tensor, beta: float,
-              features: ContextFeatures | None = None) -> "CompiledPairs | None":
+              features: ContextFeatures | None = None, sparse_backward: bool = False) -> "CompiledPairs | None":
         """None off the CPU or float64; V = I where the basis saves no work (the same rule).
         `features`: the GP's context features of the same contexts (no gradient contexts), whose
         vectors and, on the basis route, basis are the ones this would compute (the same
@@ -125,7 +128,7 @@ class CompiledPairs:
             coefficients = vectors @ basis
         arrays = (model.train_x, model.lengthscale, model.inverse, model.weights, float(model.mean_constant),
                   float(beta), basis, identity, coefficients, vectors)
-        return cls(_host_arrays(arrays), identity)
+        return cls(_host_arrays(arrays), identity, sparse_backward)
 
     def __call__(self, x: Tensor) -> Tensor:
         return _CompiledPairValues.apply(x, self)
@@ -210,6 +213,10 @@ class _CompiledPairValues(torch.autograd.Function):
         host_x, pairs, inverse_sigma, kx, solved = ctx.kept
         train, lengthscale, _, alpha, _, beta, basis, identity, coefficients, vectors = pairs.arguments
         weights = np.ascontiguousarray(grad_values.detach().numpy())
+        used = np.flatnonzero(weights.any(axis=0)) if pairs.sparse_backward else None
+        if used is not None and used.size < weights.shape[1]:
+            coefficients, vectors = coefficients[used], vectors[used]
+            inverse_sigma, weights = np.ascontiguousarray(inverse_sigma[:, used]), np.ascontiguousarray(weights[:, used])
         return torch.from_numpy(_pair_gradient(host_x, train, lengthscale, alpha, beta, basis, identity,
                                                coefficients, vectors, kx, solved, inverse_sigma, weights)), None
 
