@@ -65,8 +65,10 @@ def test_profiles_differ_where_the_reference_has_a_fault() -> None:
     pd.testing.assert_frame_equal(deterministic_part(paper[initial]), deterministic_part(reference[initial]),
                                   check_exact=True)
     assert not np.allclose(paper.loc[~initial, "x_0"], reference.loc[~initial, "x_0"])
-    # ... and a switch of spec 9 overrides the profile back.
-    fixed = _run("stableopt", "ackley", "reference", seed=11, options={"stable_box_sign_bug": False})
+    # ... and a switch of spec 9 overrides the profile back (with the paper profile's GP fit, a
+    # route that changes the last digits, not the method: option gp_objective).
+    fixed = _run("stableopt", "ackley", "reference", seed=11,
+                 options={"stable_box_sign_bug": False, "gp_objective": "compiled"})
     pd.testing.assert_frame_equal(deterministic_part(paper), deterministic_part(fixed), check_exact=True)
 
 
