@@ -9,7 +9,10 @@ x-gradient of any function of them). `--compare gradient`: WDRBO's
 x-gradient of L(x) in closed form (option `wdrbo_L_gradient: analytic`, since 0.7.0) or by
 autograd's double backward (0.6.0's records), both on torch's pass. `--compare sparse`: the
 minimax's compiled backward pass over every grid point (0.14.0's records) or over the points of
-nonzero weight only (option `minimax_sparse_gradient`, since 0.15.0). Same method? At what speed?
+nonzero weight only (option `minimax_sparse_gradient`, since 0.15.0). `--compare minimum`:
+StableOpt's value and x-gradient at the minimising contexts by torch's posterior and autograd
+(0.15.0's records) or by the pair kernel (option `stable_compiled_gradient`, since 0.16.0).
+Same method? At what speed?
 
 Each pair agrees to ~1e-12 relative (tests/acquisition/test_wdrbo.py), which is enough for one
 seed's trajectories to part after a few BO steps, so the routes are compared over seeds, paired
@@ -38,6 +41,7 @@ COMPARISONS: dict[str, dict[str, dict[str, object]]] = {
         "analytic": {"wdrbo_L_gradient": "analytic", "adam_pass": "torch"},
     },
     "sparse": {"dense": {"minimax_sparse_gradient": False}, "sparse": {"minimax_sparse_gradient": True}},
+    "minimum": {"torch": {"stable_compiled_gradient": False}, "kernel": {"stable_compiled_gradient": True}},
 }
 
 
@@ -120,6 +124,9 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
                                                                  compiled=True, sparse_gradient=True)
         acquisitions[f"stableopt, {route}"] = MinimumUCB(model, 1.5, box, 1024, torch.Generator().manual_seed(1),
                                                          compiled=compiled)
+        if compiled:
+            acquisitions["stableopt, kernel"] = MinimumUCB(model, 1.5, box, 1024, torch.Generator().manual_seed(1),
+                                                           compiled=True, compiled_gradient=True)
     x = {5: torch.rand(5, 2, generator=generator, dtype=torch.float64).requires_grad_(True)}
     x[10] = torch.rand(10, 2, generator=generator, dtype=torch.float64).requires_grad_(True)
     steps = {label: (acquisition, x[5 if label.startswith("drbo-kde") else 10]) for label, acquisition in acquisitions.items()}
@@ -131,7 +138,7 @@ def main() -> None:
     add_run_arguments(parser, problems=["ackley", "newsvendor"], seeds=10)
     parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd-minimax",
                                                             "stableopt"], default=["erbo", "wdrbo"],
-                        help="--compare pass: whose routes (gradient: WDRBO's only; sparse: the minimax's only)")
+                        help="--compare pass: whose routes (gradient: WDRBO's; sparse: the minimax's; minimum: StableOpt's)")
     parser.add_argument("--compare", choices=list(COMPARISONS), default="pass", help="which two routes to run")
     parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")
     parser.add_argument("--n", type=count, default=99, help="--step: training points of the GP")
@@ -145,7 +152,8 @@ def main() -> None:
             print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, {5 if 'kde' in label else 10} "
                   f"candidates, n = {args.n}, d_c = {args.dim_c})")
         return
-    algorithms = {"pass": args.algorithms, "gradient": ["wdrbo"], "sparse": ["drbo-mmd-minimax"]}[args.compare]
+    algorithms = {"pass": args.algorithms, "gradient": ["wdrbo"], "sparse": ["drbo-mmd-minimax"],
+                  "minimum": ["stableopt"]}[args.compare]
     compare(algorithms, args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, "paper", args.workers,
             first_seed=args.first_seed)
 

@@ -46,14 +46,26 @@ def test_box_helper_and_switch_override() -> None:
     assert algo.options["stable_box_sign_bug"] is False
 
 
-def test_value_is_the_min_ucb_over_the_calls_points_and_the_gradient_is_at_the_argmin() -> None:
+@pytest.mark.parametrize("compiled_gradient", [True, False])
+def test_value_is_the_min_ucb_over_the_calls_points_and_the_gradient_is_at_the_argmin(
+    compiled_gradient: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Option `stable_compiled_gradient` (paper profile): the pair kernel gives the minimum and its
+    x-gradient at the minimising contexts, without torch's recomputation there; off, torch's
+    posterior and autograd give them. The same values and gradients to rounding."""
     problem, state, model = _state_and_model()
-    acq = StableOpt(problem, "paper").acquisition(model, state, torch.Generator().manual_seed(3))
+    acq = StableOpt(problem, "paper", {"stable_compiled_gradient": compiled_gradient}).acquisition(
+        model, state, torch.Generator().manual_seed(3))
     replay = torch.Generator().manual_seed(3)
     box = stable_box(state.context, 1.0, sign_bug=False)
     points = box[0] + (box[1] - box[0]) * scrambled_sobol(1024, 2, replay)
     x = torch.rand(5, 2, generator=torch.Generator().manual_seed(4), dtype=T).requires_grad_(True)
+    recomputed = []
+    ucb = type(model).ucb
+    monkeypatch.setattr(type(model), "ucb", lambda *args: recomputed.append(1) or ucb(*args))
     value = acq(x)
+    monkeypatch.undo()
+    assert bool(recomputed) is not compiled_gradient
     pairs = torch.cat([x.detach().unsqueeze(1).expand(5, 1024, 2), points.unsqueeze(0).expand(5, 1024, 2)], -1)
     u = model.ucb(pairs, 1.5)
     expected, index = u.min(-1)
@@ -63,6 +75,11 @@ def test_value_is_the_min_ucb_over_the_calls_points_and_the_gradient_is_at_the_a
     at_argmin = model.ucb(torch.cat([xx, points[index]], -1), 1.5)
     (expected_grad,) = torch.autograd.grad(at_argmin.sum(), xx)
     assert torch.allclose(grad, expected_grad, atol=1e-10)
+
+
+def test_the_kernel_gradient_is_the_paper_profile_s() -> None:
+    assert StableOpt.resolve_options("paper", {})["stable_compiled_gradient"] is True
+    assert StableOpt.resolve_options("reference", {})["stable_compiled_gradient"] is False
 
 
 def test_contexts_are_redrawn_at_every_call() -> None:

@@ -47,6 +47,13 @@ class FreshContextUCB:
         self.alpha = model.weights
         self._compiled = compiled_fresh_pairs(model, beta, self.region) if compiled else None
 
+    def minimum(self, x: Tensor, contexts: Tensor) -> Tensor | None:
+        """min_j UCB(x_b, c_j) [b], differentiable in x, by the compiled pair kernel (None where it
+        does not serve: not `compiled`, or more than COMPILED_MAX_BATCH candidates)."""
+        if self._compiled is None or x.shape[0] > COMPILED_MAX_BATCH:
+            return None
+        return self._compiled.minimum(x, contexts)
+
     def __call__(self, x: Tensor, contexts: Tensor) -> Tensor:
         """UCB [b, N] at all pairs (x_i, c_j)."""
         if (self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH

@@ -156,10 +156,20 @@ class CompiledFreshPairs:
     def __call__(self, x: Tensor, contexts: Tensor) -> Tensor:
         host_x = np.ascontiguousarray(x.detach().numpy())
         host_contexts = np.ascontiguousarray(contexts.detach().numpy())
-        rank = 0 if self.region is None else self.region.shape[1]
-        region = np.empty((self.n, 0)) if _identity_is_cheaper(self.n, rank, contexts.shape[0]) else self.region
-        values = _fresh_pair_values(host_x, host_contexts, *self.arguments, region, REGION_RESIDUAL_MAX)
+        values = _fresh_pair_values(host_x, host_contexts, *self.arguments, self.region_for(contexts.shape[0]),
+                                    REGION_RESIDUAL_MAX)
         return torch.from_numpy(values)
+
+    def minimum(self, x: Tensor, contexts: Tensor) -> Tensor:
+        """min_j u(x_b, c_j) [b], differentiable in x: the gradient is that of each candidate's UCB
+        at its first minimising context (torch.min's choice), by the pair kernel's backward
+        arithmetic over those b contexts only."""
+        return _CompiledFreshMinimum.apply(x, contexts, self)
+
+    def region_for(self, contexts: int) -> np.ndarray:
+        """The region basis, or an [n, 0] array (V = I) where the basis saves no work."""
+        rank = 0 if self.region is None else self.region.shape[1]
+        return np.empty((self.n, 0)) if _identity_is_cheaper(self.n, rank, contexts) else self.region
 
 
 def _identity_is_cheaper(n: int, rank: int, used: int) -> bool:
@@ -219,6 +229,34 @@ class _CompiledPairValues(torch.autograd.Function):
             inverse_sigma, weights = np.ascontiguousarray(inverse_sigma[:, used]), np.ascontiguousarray(weights[:, used])
         return torch.from_numpy(_pair_gradient(host_x, train, lengthscale, alpha, beta, basis, identity,
                                                coefficients, vectors, kx, solved, inverse_sigma, weights)), None
+
+
+class _CompiledFreshMinimum(torch.autograd.Function):
+    """The forward pass keeps, for each candidate, its minimising context's coefficients, vector
+    and 1/sigma; the backward pass is `_pair_gradient` with one weight per candidate."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, contexts: Tensor, pairs: CompiledFreshPairs) -> Tensor:  # type: ignore[override]
+        host_x = np.ascontiguousarray(x.detach().numpy())
+        train, lengthscale, inverse, alpha, mean_constant, beta = pairs.arguments
+        region = pairs.region_for(contexts.shape[0])
+        coefficients, vectors, identity = _fresh_vectors(np.ascontiguousarray(contexts.detach().numpy()), train,
+                                                         lengthscale, region, REGION_RESIDUAL_MAX)
+        values, inverse_sigma, kx, solved = _pair_values(host_x, train, lengthscale, inverse, alpha, mean_constant,
+                                                         beta, region, identity, coefficients, vectors)
+        index = values.argmin(axis=1)  # the first minimiser, as torch.min
+        rows = np.arange(index.size)
+        ctx.kept = (host_x, pairs, region, identity, coefficients[index], vectors[index],
+                    np.diag(inverse_sigma[rows, index]), kx, solved)
+        return torch.from_numpy(values[rows, index])
+
+    @staticmethod
+    def backward(ctx, grad_value: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
+        host_x, pairs, region, identity, coefficients, vectors, inverse_sigma, kx, solved = ctx.kept
+        train, lengthscale, _, alpha, _, beta = pairs.arguments
+        weights = np.diag(np.ascontiguousarray(grad_value.detach().numpy()))  # candidate b: its own context
+        return torch.from_numpy(_pair_gradient(host_x, train, lengthscale, alpha, beta, region, identity,
+                                               coefficients, vectors, kx, solved, inverse_sigma, weights)), None, None
 
 
 @njit(cache=True)
@@ -462,13 +500,13 @@ def _mean_term_gradient(x, train, inverse_l2, alpha, beta, basis, identity, kx, 
 
 
 @njit(cache=True)
-def _fresh_pair_values(x, contexts, train, lengthscale, inverse, alpha, mean_constant, beta,  # type: ignore[no-untyped-def]
-                       region, residual_max):
-    """u [b, N] for contexts [N, d_c] seen once: their vectors kc [N, n], projected onto `region`
-    [n, r] (r > 0) where every vector lies within `residual_max` of its span, else V = I."""
+def _fresh_vectors(contexts, train, lengthscale, region, residual_max):  # type: ignore[no-untyped-def]
+    """(coefficients, vectors kc [N, n], identity) for contexts [N, d_c] seen once: kc projected
+    onto `region` [n, r] (r > 0) where every vector lies within `residual_max` of its span, else
+    V = I (the coefficients are then the vectors)."""
     n, dim = train.shape
-    dim_x = x.shape[1]
     n_contexts, dim_c = contexts.shape
+    dim_x = dim - dim_c
     inverse_l2 = 1.0 / (lengthscale * lengthscale)
     vectors = np.empty((n_contexts, n))
     for c in range(n_contexts):
@@ -482,7 +520,14 @@ def _fresh_pair_values(x, contexts, train, lengthscale, inverse, alpha, mean_con
         coefficients = vectors @ region
         residual = vectors - coefficients @ region.T
         if np.abs(residual).max() <= residual_max:
-            return _pair_values(x, train, lengthscale, inverse, alpha, mean_constant, beta, region, False,
-                                coefficients, vectors)[0]
-    return _pair_values(x, train, lengthscale, inverse, alpha, mean_constant, beta, region, True,
-                        vectors, vectors)[0]
+            return coefficients, vectors, False
+    return vectors, vectors, True
+
+
+@njit(cache=True)
+def _fresh_pair_values(x, contexts, train, lengthscale, inverse, alpha, mean_constant, beta,  # type: ignore[no-untyped-def]
+                       region, residual_max):
+    """u [b, N] for contexts [N, d_c] seen once (`_fresh_vectors`)."""
+    coefficients, vectors, identity = _fresh_vectors(contexts, train, lengthscale, region, residual_max)
+    return _pair_values(x, train, lengthscale, inverse, alpha, mean_constant, beta, region, identity,
+                        coefficients, vectors)[0]
