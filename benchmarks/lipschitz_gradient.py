@@ -2,8 +2,9 @@
 `--compare pass` (the default): the acquisition and its x-gradient by torch's autograd, WDRBO's
 L(x) in the mean term's pass with the Jacobian in NumPy (option `adam_pass: torch`, the
 reference profile's; 0.9.0's records for WDRBO, 0.11.0's for ERBO and SBO-KDE, 0.12.0's for
-DRBO-KDE, the minimax and StableOpt), or the compiled kernels (`compiled`, the paper profile's
-since 0.12.0 for ERBO, WDRBO and SBO-KDE, since 0.13.0 for the other three: the mean term and
+DRBO-KDE, the minimax and StableOpt, 0.15.0's for DRBO-MMD), or the compiled kernels (`compiled`,
+the paper profile's since 0.12.0 for ERBO, WDRBO and SBO-KDE, since 0.13.0 for DRBO-KDE, the
+minimax and StableOpt, since 0.16.0 for DRBO-MMD: the mean term and
 L(x) with closed-form x-gradients, or the UCB at every (candidate, context) pair with the
 x-gradient of any function of them). `--compare gradient`: WDRBO's
 x-gradient of L(x) in closed form (option `wdrbo_L_gradient: analytic`, since 0.7.0) or by
@@ -136,8 +137,8 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, problems=["ackley", "newsvendor"], seeds=10)
-    parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd-minimax",
-                                                            "stableopt"], default=["erbo", "wdrbo"],
+    parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd",
+                                                            "drbo-mmd-minimax", "stableopt"], default=["erbo", "wdrbo"],
                         help="--compare pass: whose routes (gradient: WDRBO's; sparse: the minimax's; minimum: StableOpt's)")
     parser.add_argument("--compare", choices=list(COMPARISONS), default="pass", help="which two routes to run")
     parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")

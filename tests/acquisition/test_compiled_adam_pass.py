@@ -1,7 +1,7 @@
 """The compiled Adam step (option `adam_pass`, models/compiled_ucb.py) of the acquisitions that
 are a weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO (ERBO, WDRBO, SBO-KDE), and
-of those that are another function of the UCB at every (candidate, context) pair (DRBO-KDE, the
-DRBO-MMD minimax, StableOpt's minimum over fresh contexts). It computes torch's values and
+of those that are another function of the UCB at every (candidate, context) pair (DRBO-KDE,
+DRBO-MMD and its minimax, StableOpt's minimum over fresh contexts). It computes torch's values and
 gradients to rounding, on the basis route and on V = I."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from wdrbo_dist.acquisition.drbo_kde import DRBOKDE
+from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
 from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax
 from wdrbo_dist.acquisition.sbo_kde import SBOKDE
@@ -36,7 +37,7 @@ def _pair_kernel(acquisition):
     if hasattr(acquisition, "fresh"):  # DRBO-KDE: its samples' kernel (and its m(x)'s, checked below)
         assert (acquisition.samples_ucb._compiled is None) is (acquisition.fresh._compiled is None)
         return acquisition.samples_ucb._compiled
-    if hasattr(acquisition, "grid_ucb"):  # the minimax
+    if hasattr(acquisition, "grid_ucb"):  # the minimax, DRBO-MMD
         return acquisition.grid_ucb._compiled
     return acquisition.ucb._compiled if hasattr(acquisition, "ucb") else acquisition._compiled
 
@@ -126,6 +127,8 @@ def test_compiled_adam_pass_is_the_paper_default_and_falls_back_where_it_cannot_
     (DRBOKDE, "modified-branin", 30, True),  # two context dimensions: V = I
     (DRBOMMDMinimax, "ackley", 40, False),  # the 1024-point grid
     (DRBOMMDMinimax, "modified-branin", 30, True),
+    (DRBOMMD, "ackley", 40, False),  # the 100-point grid, the worst case p* solved for each u row
+    (DRBOMMD, "modified-branin", 30, True),
     (StableOpt, "ackley", 40, None),  # fresh Sobol contexts at every call: the box's region basis
     (StableOpt, "modified-branin", 30, None),  # (or V = I where the region's basis is too large)
 ])

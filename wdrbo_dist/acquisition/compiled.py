@@ -1,7 +1,7 @@
 """The compiled Adam step (the kernels: models/compiled_ucb.py) of the acquisitions that are a
 weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO (ERBO, WDRBO, SBO-KDE), and of
-those that are another function of the UCB at fixed contexts (DRBO-KDE's KDE samples, the
-DRBO-MMD minimax's grid). Its option is declared here, once, for the five."""
+those that are another function of the UCB at fixed or fresh contexts (DRBO-KDE's KDE samples,
+DRBO-MMD's and the minimax's grids, StableOpt's box). Its option is declared here, once."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 # How an Adam step (a few candidates, CPU) gets the acquisition and its x-gradient: by torch's
 # autograd through the GP's routes, WDRBO's L(x) in the mean term's pass (`torch`, the
 # reference profile's: the records of 0.9.0 for WDRBO, of 0.11.0 for ERBO and SBO-KDE, of
-# 0.12.0 for DRBO-KDE and the minimax), or (`compiled`, the paper profile's since 0.12.0, for
-# DRBO-KDE and the minimax since 0.13.0) the mean term, L(x) and their closed-form x-gradients
+# 0.12.0 for DRBO-KDE and the minimax, of 0.15.0 for DRBO-MMD), or (`compiled`, the paper
+# profile's since 0.12.0, for DRBO-KDE and the minimax since 0.13.0, for DRBO-MMD since 0.16.0)
+# the mean term, L(x) and their closed-form x-gradients
 # in one numba kernel (`CompiledUCB`), or the UCB at every (candidate, context) pair with the
 # x-gradient of any function of them (`CompiledPairs`): the same values to rounding, an Adam
 # step 2-5x cheaper.
@@ -57,7 +58,7 @@ class FixedContextUCB:
     """x [b, d_x] -> u [b, N], the UCB at every (candidate, context) pair for contexts fixed over
     the BO step, differentiable in x: torch's pass on the GP's context features for the
     screening pass's many candidates, the compiled pair kernel (with `compiled`, on the CPU)
-    for an Adam step's few. DRBO-KDE's KDE samples and the minimax's grid take it."""
+    for an Adam step's few. DRBO-KDE's KDE samples and DRBO-MMD's and the minimax's grids take it."""
 
     def __init__(self, model: GaussianProcess, contexts: Tensor, beta: float, compiled: bool = False,
                  sparse_backward: bool = False) -> None:

@@ -9,7 +9,9 @@ a second-order cone program per candidate (mmd_solver.py, on a factor F of mmd_f
 alpha(x) = p*^T u with p* frozen (the gradient flows through u: the envelope theorem). A solve
 without a usable solution falls back to p = w, as in the reference. Both profiles solve with
 Clarabel and a certified working set, the published SCS one option away: the solver routes give
-the same results over seeds (docs/drbo_mmd.md has the measurements and the reasons).
+the same results over seeds (docs/drbo_mmd.md has the measurements and the reasons). An Adam
+step's u and its backward pass come from the compiled pair kernel (option `adam_pass: compiled`,
+paper profile, since 0.16.0), the screening pass's from torch's pass on the grid's features.
 """
 
 
@@ -25,6 +27,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
+from wdrbo_dist.acquisition.compiled import ADAM_PASS, FixedContextUCB
 from wdrbo_dist.acquisition.mmd_common import (
     MMD_RADIUS_CONSTANT,
     context_gram,
@@ -46,12 +49,13 @@ class MMDAcquisition(Acquisition):
     """p*(x)^T u(x), with p* the solved worst case on the grid for each candidate."""
 
     def __init__(
-        self, model: GaussianProcess, beta: float, grid: Tensor, w: Tensor, program: MMDWorstCase, radius: float
+        self, model: GaussianProcess, beta: float, grid: Tensor, w: Tensor, program: MMDWorstCase, radius: float,
+        compiled: bool = False,
     ) -> None:
         super().__init__(radius=radius)
         self.model = model
         self.beta = beta
-        self.features = model.context_features(grid)
+        self.grid_ucb = FixedContextUCB(model, grid, beta, compiled)  # u [b, M]: the grid is fixed
         self.w = w
         self.program = program
         self._solved: dict[bytes, np.ndarray] = {}  # this step's solutions by UCB row
@@ -90,7 +94,7 @@ class MMDAcquisition(Acquisition):
         return rows
 
     def forward(self, x: Tensor) -> Tensor:
-        u, _ = self.model.ucb_from_features(x, self.features, self.beta)
+        u = self.grid_ucb(x)
         p = self.worst_case(u.detach().cpu().numpy().astype(np.float64))
         return (torch.as_tensor(p).to(u) * u).sum(dim=-1)
 
@@ -131,6 +135,7 @@ class DRBOMMD(Algorithm):
         # What solves the working set's restricted programs: mmd_ipm.py's compiled dense method
         # (paper, 0.11.0) or Clarabel (reference: 0.10.0's records); the certificate is the same.
         "mmd_restricted_solver": Option("compiled", "clarabel", choices=RESTRICTED_SOLVERS),
+        "adam_pass": ADAM_PASS,
     }
 
     _grid: Tensor | None = None
@@ -197,6 +202,7 @@ class DRBOMMD(Algorithm):
         program = self.program()
         start = time.perf_counter()
         program.prepare(self.factor(gram, model.lengthscale[dim_x:]), w.cpu().numpy(), radius)
-        acquisition = MMDAcquisition(model, float(self.options["beta"]), grid, w, program, radius)
+        acquisition = MMDAcquisition(model, float(self.options["beta"]), grid, w, program, radius,
+                                     compiled=self.options["adam_pass"] == "compiled")
         acquisition.telemetry.seconds += time.perf_counter() - start
         return acquisition
