@@ -13,7 +13,6 @@ from wdrbo_dist.acquisition.optimize import (
     OptimizerSettings,
     adam_ascent,
     boltzmann_starts,
-    draw_seed,
     maximize_acquisition,
     scrambled_sobol,
 )
@@ -132,18 +131,3 @@ def test_moving_average_stop_is_botorchs_stopping_rule(sign: float) -> None:
             assert ours(loss) == decision, (trial, step)
             if decision:
                 break
-
-
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_scrambled_sobol_is_torchs_scrambled_engine_to_the_bit(dtype: torch.dtype) -> None:
-    """The lean draw (no engine object) gives `SobolEngine`'s points, seed for seed, in every
-    dimension and length the package asks for (1, 2 and 3 context or decision dimensions; one
-    point, a design, the screening pass, the fresh context sets), and takes one seed each."""
-    ours, theirs = torch.Generator().manual_seed(11), torch.Generator().manual_seed(11)
-    for dim in (1, 2, 3, 6):
-        for n in (1, 2, 5, 64, 1024, 1500):
-            expected = torch.quasirandom.SobolEngine(dim, scramble=True, seed=draw_seed(theirs)).draw(n, dtype=dtype)
-            drawn = scrambled_sobol(n, dim, ours, dtype)
-            assert drawn.dtype == dtype and drawn.shape == (n, dim)
-            assert torch.equal(drawn, expected)
-    assert torch.equal(torch.randint(0, 100, (4,), generator=ours), torch.randint(0, 100, (4,), generator=theirs))

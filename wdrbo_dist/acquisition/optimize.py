@@ -56,34 +56,10 @@ def draw_seed(generator: torch.Generator) -> int:
     return int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
 
 
-_SOBOL_BITS = torch.quasirandom.SobolEngine.MAXBIT
-_direction_numbers: dict[int, Tensor] = {}  # the unscrambled state of each dimension asked for
-
-
 def scrambled_sobol(n: int, dim: int, generator: torch.Generator, dtype: torch.dtype = torch.float64) -> Tensor:
-    """`n` points of a Sobol sequence scrambled with a seed drawn from `generator` (CPU).
-
-    `SobolEngine(dim, scramble=True, seed=...).draw(n, dtype=dtype)`'s points to the bit, by the
-    same operations in the same order (tests/acquisition/test_optimize.py compares them), without
-    its per-engine set-up: StableOpt and DRBO-KDE draw a set at every acquisition call, and the
-    engine's construction took about half of the draw's ~0.2 ms."""
-    seed = draw_seed(generator)
-    if dim not in _direction_numbers:
-        state = torch.zeros(dim, _SOBOL_BITS, dtype=torch.long)
-        torch._sobol_engine_initialize_state_(state, dim)
-        _direction_numbers[dim] = state
-    state = _direction_numbers[dim].clone()
-    scramble = torch.Generator()
-    scramble.manual_seed(seed)
-    shift = torch.mv(torch.randint(2, (dim, _SOBOL_BITS), generator=scramble),
-                     torch.pow(2, torch.arange(0, _SOBOL_BITS)))
-    lower_triangular = torch.randint(2, (dim, _SOBOL_BITS, _SOBOL_BITS), generator=scramble).tril()
-    torch._sobol_engine_scramble_(state, lower_triangular, dim)
-    first = (shift / 2**_SOBOL_BITS).reshape(1, -1).to(dtype)  # in the default dtype first, as the engine
-    if n == 1:
-        return first
-    rest, _ = torch._sobol_engine_draw(shift.clone(), n - 1, state, dim, 0, dtype=dtype)
-    return torch.cat((first, rest), dim=-2)
+    """`n` points of a Sobol sequence scrambled with a seed drawn from `generator` (CPU)."""
+    engine = torch.quasirandom.SobolEngine(dimension=dim, scramble=True, seed=draw_seed(generator))
+    return engine.draw(n, dtype=dtype)
 
 
 def boltzmann_starts(x: Tensor, values: Tensor, n: int, eta: float, generator: torch.Generator) -> Tensor:
