@@ -17,10 +17,11 @@ import time
 from wdrbo_dist.run import RunSpec, run_one
 
 # (algorithm, evaluations) on Three-Hump Camel, paper profile: the first run reaches mmd_ipm's
-# solver, the second compiled_ucb's mean-term kernel (ERBO's and WDRBO's Adam steps), the third
-# its pair kernels (DRBO-KDE's samples and its minimum over fresh contexts; the minimax's and
-# StableOpt's Adam steps call the same).
-KERNEL_RUNS = (("drbo-mmd", 6), ("wdrbo", 6), ("drbo-kde", 6))
+# solver and the pair kernels over fixed contexts (DRBO-MMD's grid; DRBO-KDE's samples and the
+# minimax's grid call the same), the second compiled_ucb's mean-term kernel (ERBO's and WDRBO's
+# Adam steps), the third the values over fresh contexts (DRBO-KDE's minimum), the fourth the
+# minimum over fresh contexts with its gradient (StableOpt's Adam steps).
+KERNEL_RUNS = (("drbo-mmd", 6), ("wdrbo", 6), ("drbo-kde", 6), ("stableopt", 6))
 
 
 def compile_kernels() -> None:

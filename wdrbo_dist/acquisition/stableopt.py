@@ -13,7 +13,7 @@ recomputed, differentiably, at each candidate's minimising context only. An Adam
 for the minimum takes the compiled pair kernel (option `adam_pass: compiled`, paper profile);
 with `stable_compiled_gradient` (paper profile, since 0.16.0) the kernel's minimum is the value
 and its closed-form gradient at the minimising contexts replaces torch's recomputation (the
-same values and gradients to rounding, ~1 ms less per Adam step).
+same values and gradients to rounding; 0.5-0.8 ms less per Adam step on one context dimension).
 """
 
 from __future__ import annotations
