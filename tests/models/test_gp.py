@@ -398,3 +398,23 @@ def test_the_forms_route_carries_context_gradients_taken_outside_autograd(dim_c:
     for forms, pairs in zip(results[True], results[False]):
         assert torch.allclose(forms, pairs, rtol=1e-9, atol=1e-9)
     assert errors[True] <= max(2 * errors[False], 1e-12), errors
+
+
+@pytest.mark.parametrize("basis", [False, True])
+def test_values_without_autograd_are_the_autograd_routes_to_the_bit(basis: bool) -> None:
+    """The screening pass (no autograd, no context gradients) takes the compiled elementwise
+    tail: the same UCB values, bit for bit, as the differentiable route, chunk by chunk, on the
+    pairs route and on the basis route."""
+    x, y = _data(60, 3, seed=21)
+    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    if basis:
+        model = _on_basis(model)
+    contexts = torch.rand(300, 1, generator=torch.Generator().manual_seed(22), dtype=torch.float64)
+    features = model.context_features(contexts)
+    assert (features.basis is not None) is basis
+    cand = torch.rand(200, 2, generator=torch.Generator().manual_seed(23), dtype=torch.float64)  # several chunks
+    with torch.no_grad():
+        fused, _ = model.ucb_from_features(cand, features, 1.5)
+    differentiable, _ = model.ucb_from_features(cand.clone().requires_grad_(True), features, 1.5)
+    assert differentiable.requires_grad and not fused.requires_grad
+    assert torch.equal(fused, differentiable.detach())

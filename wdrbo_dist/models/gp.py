@@ -321,6 +321,9 @@ class GaussianProcess:
                 return ucb, None
             with torch.no_grad():
                 return ucb, self._context_gradients_by_forms(k_x.detach(), features, beta)
+        if features.n_gradient == 0 and not (x.requires_grad and torch.is_grad_enabled()):
+            if x.device.type == "cpu" and x.dtype == torch.float64:  # the screening pass: values only
+                return self._ucb_without_gradient(x, features, beta), None
         quads, means = [], []
         for chunk in x.split(PAIR_CHUNK if features.basis is None else BASIS_CHUNK):
             k_x = rbf(chunk, train_x, ls_x)  # [c, n]
@@ -352,6 +355,36 @@ class GaussianProcess:
         d_mean = mean[:, n_ctx + m :].reshape(-1, d_c, m)
         grad = d_mean + beta * d_var / (2.0 * sigma_g.unsqueeze(1))
         return ucb, grad.transpose(1, 2)
+
+    def _ucb_without_gradient(self, x: Tensor, features: "ContextFeatures", beta: float) -> Tensor:
+        """`ucb_from_features`'s values [b, N] on the CPU without autograd: the same products chunk
+        by chunk, the same elementwise operations in two compiled passes and torch's sqrt per
+        chunk, written into one array, instead of torch's six passes over [b, N] and two
+        concatenations (the screening pass's [512, 1024] arrays). torch's vectorised sqrt is not
+        always correctly rounded (1 ulp off in ~1 % of cases), so it stays torch's; chunks of
+        BASIS_CHUNK or PAIR_CHUNK rows keep its vector and scalar parts where they were. The same
+        bits (tests/models/test_gp.py)."""
+        from wdrbo_dist.models.compiled_ucb import ucb_from_sigma, variances_in_place
+
+        dim_x = x.shape[-1]
+        train_x, ls_x = self.train_x[:, :dim_x], self.lengthscale[:dim_x]
+        out = x.new_empty(x.shape[0], features.n_contexts)
+        host = out.numpy()
+        start = 0
+        for chunk in x.split(PAIR_CHUNK if features.basis is None else BASIS_CHUNK):
+            k_x = rbf(chunk, train_x, ls_x)  # [c, n]
+            if features.basis is None:
+                rows, cols, k_inv_weighted = self._upper_triangle()
+                pair = k_x.index_select(1, rows) * k_x.index_select(1, cols) * k_inv_weighted
+            else:
+                pair = self._basis_pairs(k_x, features.basis)
+            quad, mean = pair @ features.quad, (k_x * self._alpha) @ features.mean
+            stop = start + chunk.shape[0]
+            variances_in_place(quad.numpy(), VARIANCE_FLOOR)
+            sigma = quad.sqrt_()
+            ucb_from_sigma(host[start:stop], mean.numpy(), sigma.numpy(), self.mean_constant, float(beta))
+            start = stop
+        return out
 
     def _forms_route(self, candidates: int, features: "ContextFeatures", gradient_outside_autograd: bool = False) -> bool:
         """Whether `ucb_from_features` takes `quadratic_forms` rather than the pair products:
