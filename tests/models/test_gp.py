@@ -401,7 +401,7 @@ def test_the_forms_route_carries_context_gradients_taken_outside_autograd(dim_c:
 
 
 @pytest.mark.parametrize("basis", [False, True])
-def test_values_without_autograd_are_the_autograd_routes_to_the_bit(basis: bool) -> None:
+def test_values_without_autograd_are_the_autograd_routes_to_the_bit(basis: bool, monkeypatch) -> None:
     """The screening pass (no autograd, no context gradients) takes the compiled elementwise
     tail: the same UCB values, bit for bit, as the differentiable route, chunk by chunk, on the
     pairs route and on the basis route."""
@@ -413,8 +413,13 @@ def test_values_without_autograd_are_the_autograd_routes_to_the_bit(basis: bool)
     features = model.context_features(contexts)
     assert (features.basis is not None) is basis
     cand = torch.rand(200, 2, generator=torch.Generator().manual_seed(23), dtype=torch.float64)  # several chunks
+    compiled_calls = []
+    compiled = GaussianProcess._ucb_without_gradient
+    monkeypatch.setattr(GaussianProcess, "_ucb_without_gradient",
+                        lambda *args: compiled_calls.append(1) or compiled(*args))
     with torch.no_grad():
         fused, _ = model.ucb_from_features(cand, features, 1.5)
     differentiable, _ = model.ucb_from_features(cand.clone().requires_grad_(True), features, 1.5)
+    assert compiled_calls == [1]  # the no-autograd call took the compiled passes, the other did not
     assert differentiable.requires_grad and not fused.requires_grad
     assert torch.equal(fused, differentiable.detach())

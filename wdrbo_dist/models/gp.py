@@ -38,6 +38,10 @@ MAX_FIT_ATTEMPTS = 5
 VARIANCE_FLOOR = 1e-12
 PAIR_CHUNK = 128  # candidates per block in `ucb_pairs` (keeps the [c, n(n+1)/2] block in cache)
 BASIS_CHUNK = 64  # candidates per block on the basis route (keeps the [c, n, r] block in cache)
+# `ucb_from_features` without autograd finishes in compiled passes from this many contexts on
+# (KDE samples, grids, fresh sets: 0.7-0.9x the time per call); below, torch's passes over small
+# arrays cost about the same (benchmarks/screening_pass.py).
+COMPILED_TAIL_MIN_CONTEXTS = 256
 # `region_basis`: grid spacing in context lengthscales (at 1/8 the projections of fresh contexts
 # are exact to ~1e-13: the rank saturates), the largest grid, and the projection residual above
 # which a context set is not in the basis's span (`ucb_in_region` then declines).
@@ -96,6 +100,10 @@ class FitReport:
 
 class GaussianProcess:
     """An exact GP posterior with fixed hyperparameters (fit it with `fit_gp`)."""
+
+    # `ucb_from_features` without autograd finishes its values in compiled passes (the same bits);
+    # benchmarks/screening_pass.py switches it off to time torch's passes beside them.
+    compiled_tail = True
 
     def __init__(
         self,
@@ -322,7 +330,8 @@ class GaussianProcess:
             with torch.no_grad():
                 return ucb, self._context_gradients_by_forms(k_x.detach(), features, beta)
         if features.n_gradient == 0 and not (x.requires_grad and torch.is_grad_enabled()):
-            if x.device.type == "cpu" and x.dtype == torch.float64:  # the screening pass: values only
+            if (self.compiled_tail and features.n_contexts >= COMPILED_TAIL_MIN_CONTEXTS
+                    and x.device.type == "cpu" and x.dtype == torch.float64):  # values only
                 return self._ucb_without_gradient(x, features, beta), None
         quads, means = [], []
         for chunk in x.split(PAIR_CHUNK if features.basis is None else BASIS_CHUNK):
