@@ -335,14 +335,8 @@ class GaussianProcess:
                 return self._ucb_without_gradient(x, features, beta), None
         quads, means = [], []
         for chunk in x.split(PAIR_CHUNK if features.basis is None else BASIS_CHUNK):
-            k_x = rbf(chunk, train_x, ls_x)  # [c, n]
             # (The order of these operations fixes autograd's summation order: records depend on it.)
-            if features.basis is None:
-                rows, cols, k_inv_weighted = self._upper_triangle()
-                # index_select, not k_x[:, rows]: the same values, and a backward (index_add) ~2x cheaper
-                pair = k_x.index_select(1, rows) * k_x.index_select(1, cols) * k_inv_weighted
-            else:
-                pair = self._basis_pairs(k_x, features.basis)
+            k_x, pair = self._candidate_pairs(chunk, features)
             weighted = k_x * self._alpha
             if split:
                 quad_value, mean_value = pair @ features.quad[:, :n_ctx], weighted @ features.mean[:, :n_ctx]
@@ -375,18 +369,11 @@ class GaussianProcess:
         bits (tests/models/test_gp.py)."""
         from wdrbo_dist.models.compiled_ucb import ucb_from_sigma, variances_in_place
 
-        dim_x = x.shape[-1]
-        train_x, ls_x = self.train_x[:, :dim_x], self.lengthscale[:dim_x]
         out = x.new_empty(x.shape[0], features.n_contexts)
         host = out.numpy()
         start = 0
         for chunk in x.split(PAIR_CHUNK if features.basis is None else BASIS_CHUNK):
-            k_x = rbf(chunk, train_x, ls_x)  # [c, n]
-            if features.basis is None:
-                rows, cols, k_inv_weighted = self._upper_triangle()
-                pair = k_x.index_select(1, rows) * k_x.index_select(1, cols) * k_inv_weighted
-            else:
-                pair = self._basis_pairs(k_x, features.basis)
+            k_x, pair = self._candidate_pairs(chunk, features)
             quad, mean = pair @ features.quad, (k_x * self._alpha) @ features.mean
             stop = start + chunk.shape[0]
             variances_in_place(quad.numpy(), VARIANCE_FLOOR)
@@ -394,6 +381,17 @@ class GaussianProcess:
             ucb_from_sigma(host[start:stop], mean.numpy(), sigma.numpy(), self.mean_constant, float(beta))
             start = stop
         return out
+
+    def _candidate_pairs(self, chunk: Tensor, features: "ContextFeatures") -> tuple[Tensor, Tensor]:
+        """The candidate side of `ucb_pairs` for a chunk [c, d_x]: (kx [c, n], its pair products
+        [c, n(n+1)/2] weighted by K^{-1}, or on the basis route `_basis_pairs`)."""
+        dim_x = chunk.shape[-1]
+        k_x = rbf(chunk, self.train_x[:, :dim_x], self.lengthscale[:dim_x])  # [c, n]
+        if features.basis is None:
+            rows, cols, k_inv_weighted = self._upper_triangle()
+            # index_select, not k_x[:, rows]: the same values, and a backward (index_add) ~2x cheaper
+            return k_x, k_x.index_select(1, rows) * k_x.index_select(1, cols) * k_inv_weighted
+        return k_x, self._basis_pairs(k_x, features.basis)
 
     def _forms_route(self, candidates: int, features: "ContextFeatures", gradient_outside_autograd: bool = False) -> bool:
         """Whether `ucb_from_features` takes `quadratic_forms` rather than the pair products:
