@@ -36,6 +36,8 @@ ON_PURPOSE = {
     ("models/compiled_ucb.py", "forward"): "the compiled Adam step (adam_pass) runs on CPU tensors only",
     ("models/compiled_ucb.py", "backward"): "the compiled pair kernel's backward pass runs on CPU tensors only",
     ("models/compiled_ucb.py", "__call__"): "the compiled minimum over fresh contexts runs on CPU tensors only",
+    ("models/gp.py", "_ucb_without_gradient"):
+        "the screening pass's compiled elementwise passes take CPU float64 tensors only (elsewhere, torch's)",
 }
 FAST = {"num_restarts": 2, "raw_samples": 32, "batch_limit": 32}
 
