@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from wdrbo_dist.threads import default_thread_environment
-
-default_thread_environment(1)
+from paired_variants import count  # sets one thread per process before torch is imported
 
 import torch  # noqa: E402
 
@@ -66,7 +64,7 @@ def best_ms(call, repeats: int, calls: int) -> dict[bool, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--n", type=int, default=60, help="training points of the GP")
+    parser.add_argument("--n", type=count, default=60, help="training points of the GP")
     args = parser.parse_args()
     print(f"ms per 512-candidate screening call, n = {args.n}, one thread: torch's passes -> compiled")
     for label, call in screening_calls(args.n).items():
