@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 from pathlib import Path
 from typing import ClassVar
@@ -10,12 +12,14 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from wdrbo_dist import study as study_module
 from wdrbo_dist.cli import main
-from wdrbo_dist.config import parse_study_config
+from wdrbo_dist.config import StudySpec, parse_study_config
 from wdrbo_dist.problems import PROBLEMS
 from wdrbo_dist.problems.camel import ThreeHumpCamel
 from wdrbo_dist.store import ResultStore
 from wdrbo_dist.study import run_study
+from wdrbo_dist.tracking import StudyTracker
 
 FAST = {"raw_samples": 32, "num_restarts": 2}
 
@@ -98,3 +102,82 @@ def test_an_unreachable_tracking_server_stops_before_any_run(tmp_path, capsys):
     assert err == [f"wdrbo-dist run: error: tracking_uri http://127.0.0.1:{port}: no MLflow server answers "
                    "(ConnectionError); start one with `mlflow server --host HOST --port PORT` or use tracking_uri: none"]
     assert not (tmp_path / "out").exists()
+
+
+# Ctrl-C in the study loop (serial backend: the runs go on in this process's main thread).
+
+@pytest.fixture()
+def ctrl_c_default():
+    """Python's own SIGINT handler, as in a terminal (`make test &` would start pytest ignoring it)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def press_ctrl_c() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):  # Python runs the handler at its next check, somewhere in this loop
+        pass
+
+
+class DropsCtrlC:
+    """Ctrl-C pressed while the main thread runs a finaliser: Python prints the KeyboardInterrupt
+    raised there ("Exception ignored in ...") and drops it."""
+
+    def __del__(self) -> None:
+        press_ctrl_c()
+
+
+def four_runs(tmp_path: Path) -> StudySpec:
+    return parse_study_config(study_data(tmp_path, problems=["newsvendor", "three-hump-camel"]))
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the dropped one
+def test_a_ctrl_c_a_finaliser_dropped_still_stops_the_study_after_the_next_outcome(tmp_path, monkeypatch, ctrl_c_default):
+    serial = study_module.map_tasks
+
+    def backend_dropping_ctrl_c(tasks, backend, workers=1, address=None):
+        for index, outcome in enumerate(serial(tasks, "serial")):
+            if index == 1:
+                DropsCtrlC()  # collected at once, in the middle of the backend's own work
+            yield outcome
+
+    monkeypatch.setattr(study_module, "map_tasks", backend_dropping_ctrl_c)
+    report = run_study(four_runs(tmp_path), progress=False, echo=lambda _: None)
+    assert (report.interrupted, report.exit_code, len(report.finished), report.not_done) == (True, 130, 2, 2)
+    assert len(ResultStore(tmp_path / "out").finished_keys()) == 2
+
+
+@pytest.mark.parametrize("presses", [1, 2])
+def test_ctrl_c_while_an_outcome_is_stored_and_logged_waits_for_it_unless_pressed_twice(
+        tmp_path, monkeypatch, ctrl_c_default, presses):
+    record, calls = StudyTracker.record, []
+
+    def record_while_ctrl_c_is_pressed(self, *args):
+        if calls:  # the end of the command logs a run the loop did not: no Ctrl-C there
+            return record(self, *args)
+        calls.append("started")
+        for _ in range(presses):
+            press_ctrl_c()
+        record(self, *args)
+        calls.append("logged")
+
+    monkeypatch.setattr(StudyTracker, "record", record_while_ctrl_c_is_pressed)
+    report = run_study(four_runs(tmp_path), progress=False, echo=lambda _: None)
+    assert calls == (["started", "logged"] if presses == 1 else ["started"])
+    assert (report.interrupted, report.exit_code, len(report.finished), report.not_done) == (True, 130, 1, 3)
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")  # either way the stored run is FINISHED there
+    runs = client.search_runs([client.get_experiment_by_name("drv").experiment_id], "tags.role = 'run'")
+    assert [r.info.status for r in runs if r.info.status == "FINISHED"] == ["FINISHED"]
+
+
+def test_a_driver_started_ignoring_sigint_keeps_ignoring_it(tmp_path, monkeypatch):
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        record = StudyTracker.record
+        monkeypatch.setattr(StudyTracker, "record", lambda self, *args: (press_ctrl_c(), record(self, *args))[1])
+        report = run_study(four_runs(tmp_path), progress=False, echo=lambda _: None)
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert (report.interrupted, report.exit_code, len(report.finished)) == (False, 0, 4)

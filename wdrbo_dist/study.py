@@ -18,9 +18,12 @@ answering is left alone for the rest of the command; the next start logs what it
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from wdrbo_dist.backends import map_tasks
@@ -303,10 +306,13 @@ def _run_locked(
     )
     bar = Progress(tasks, progress, echo)
     outcomes = map_tasks(tasks, backend, workers, address) if tasks else iter(())
+    ctrl_c = CtrlC()
     try:
-        for outcome in outcomes:
-            _settle(outcome, store, tracker, report)
-            bar.update(outcome)
+        with ctrl_c.taken():
+            for outcome in outcomes:
+                with ctrl_c.deferred():
+                    _settle(outcome, store, tracker, report)
+                    bar.update(outcome)
     except KeyboardInterrupt:
         report.interrupted = True
     except ClusterGone as exc:
@@ -333,6 +339,57 @@ def _run_locked(
         except Exception as exc:  # noqa: BLE001 - the store holds everything; next run catches up
             report.tracking_warnings.append(f"mlflow: {type(exc).__name__}: {exc}")
     return report
+
+
+class CtrlC:
+    """Ctrl-C during the study loop, noted as well as raised, and held back while an outcome settles.
+
+    Python raises the KeyboardInterrupt in whatever the main thread runs at that moment. Raised in
+    the middle of an MLflow call it can leave the sqlite store's write lock held (the next call
+    waits on it; seen here), and raised in a finaliser (a `__del__`, a weakref callback) it is
+    printed and dropped, and the study ran on to exit 0 (CI, once). So while an outcome is stored
+    and tracked the signal is only noted, and raised when that is done; while the driver waits on
+    the backend it is raised at once, and one that a finaliser dropped is raised after the next
+    outcome settles. A second Ctrl-C is raised at once (a server that stopped answering can hold
+    a call for MLflow's retries). A driver that ignores SIGINT (started in the background) keeps
+    ignoring it.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._deferring = False
+
+    def _handler(self, signum: int, frame: object) -> None:
+        again = self.requested
+        self.requested = True
+        if again or not self._deferring:  # a second Ctrl-C stops a slow MLflow call too
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def taken(self) -> Iterator[None]:
+        """Within the block, SIGINT goes to this object (if Python's default handler has it)."""
+        ours = (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+        if ours:
+            signal.signal(signal.SIGINT, self._handler)
+        try:
+            yield
+            if self.requested:  # noted, then dropped by a finaliser after the last outcome
+                raise KeyboardInterrupt
+        finally:
+            if ours:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Within the block a Ctrl-C is only noted; it is raised when the block is done."""
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        if self.requested:
+            raise KeyboardInterrupt
 
 
 def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, report: StudyReport) -> None:
