@@ -323,6 +323,11 @@ def _run_locked(
             close()  # cancels what is still running
         bar.close()
     report.wall_time_s = time.monotonic() - started
+    if tracker is not None and ctrl_c.cut_short:
+        # It may have stopped an MLflow call midway, and a sqlite store's write lock with it.
+        report.tracking_warnings.append("mlflow: a second Ctrl-C stopped the driver while it stored or logged a "
+                                        "result; the next `run` logs what MLflow missed")
+        tracker = None
     if tracker is not None:
         report.tracking_warnings += tracker.flush()
     if tracker is not None and not tracker.unreachable:
@@ -351,18 +356,22 @@ class CtrlC:
     and tracked the signal is only noted, and raised when that is done; while the driver waits on
     the backend it is raised at once, and one that a finaliser dropped is raised after the next
     outcome settles. A second Ctrl-C is raised at once (a server that stopped answering can hold
-    a call for MLflow's retries). A driver that ignores SIGINT (started in the background) keeps
-    ignoring it.
+    a call for MLflow's retries), and the command then leaves MLflow to the next `run`. A driver
+    that ignores SIGINT (started in the background) keeps ignoring it.
     """
 
     def __init__(self) -> None:
         self.requested = False
+        self.cut_short = False  # a second Ctrl-C stopped an outcome's storing or logging
         self._deferring = False
 
     def _handler(self, signum: int, frame: object) -> None:
         again = self.requested
         self.requested = True
-        if again or not self._deferring:  # a second Ctrl-C stops a slow MLflow call too
+        if again and self._deferring:  # a second Ctrl-C stops a slow MLflow call too
+            self.cut_short = True
+            raise KeyboardInterrupt
+        if not self._deferring:
             raise KeyboardInterrupt
 
     @contextmanager
