@@ -12,7 +12,8 @@ num_cpus=1 runs.
 
 Columns (ms per BO step): fit = `fit_gp`; build = the algorithm's `acquisition(...)` (features,
 Cholesky products, Lipschitz points); screen = the raw-sample pass of `maximize_acquisition`;
-adam fwd / adam bwd / adam rest = the acquisition's value, `torch.autograd.grad` and the rest
+adam fwd / adam bwd / adam rest = the acquisition's value (with its gradient, where
+`value_and_gradient` gives it without autograd), `torch.autograd.grad` and the rest
 (Adam's update, clamping, the stopping rule) inside `adam_ascent` (an inner solve called from
 the forward pass counts in fwd and in inner; screening's in screen and inner); inner = the records'
 `inner_solve_s`; other = step time not in the above (truth evaluation, bookkeeping). Then the
@@ -69,15 +70,13 @@ def profile(spec: RunSpec) -> tuple[dict[str, float], float, float]:
              algorithm_class.acquisition)
 
     def adam(acquisition, starts, bounds, settings):
-        def forward(x):
-            start = time.perf_counter()
-            try:
-                return acquisition(x)
-            finally:
-                clock.seconds["adam fwd"] += time.perf_counter() - start
+        class Timed:  # the acquisition's value, with its closed-form gradient where it has one
+            __call__ = staticmethod(clock.timed("adam fwd", acquisition))
+            if hasattr(acquisition, "value_and_gradient"):
+                value_and_gradient = staticmethod(clock.timed("adam fwd", acquisition.value_and_gradient))
         start = time.perf_counter()
         try:
-            return saved[2](forward, starts, bounds, settings)
+            return saved[2](Timed(), starts, bounds, settings)
         finally:
             clock.seconds["adam"] += time.perf_counter() - start
 

@@ -34,6 +34,7 @@ ON_PURPOSE = {
     ("acquisition/drbo_kde.py", "_solved"): "DRBO-KDE's LP route (drbokde_closed_form: false) is solved on the CPU",
     ("models/compiled_ucb.py", "_host_arrays"): "the compiled Adam step (adam_pass) is built for CPU tensors only",
     ("models/compiled_ucb.py", "forward"): "the compiled Adam step (adam_pass) runs on CPU tensors only",
+    ("models/compiled_ucb.py", "value_and_gradient"): "the compiled Adam step (adam_pass) runs on CPU tensors only",
     ("models/compiled_ucb.py", "backward"): "the compiled pair kernel's backward pass runs on CPU tensors only",
     ("models/compiled_ucb.py", "__call__"): "the compiled minimum over fresh contexts runs on CPU tensors only",
     ("models/gp.py", "_ucb_without_gradient"):

@@ -13,6 +13,7 @@ from wdrbo_dist.acquisition.drbo_kde import DRBOKDE
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
 from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax
+from wdrbo_dist.acquisition.optimize import OptimizerSettings, adam_ascent
 from wdrbo_dist.acquisition.sbo_kde import SBOKDE
 from wdrbo_dist.acquisition.stableopt import StableOpt
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
@@ -189,3 +190,28 @@ def test_the_minimax_backward_pass_over_nonzero_weights_gives_the_dense_gradient
     assert gradients[0].abs().max() > 0
     assert torch.allclose(gradients[0], gradients[1], rtol=1e-11, atol=1e-13)
     assert DRBOMMDMinimax.resolve_options("reference", {})["minimax_sparse_gradient"] is False
+
+
+@pytest.mark.parametrize("project_parameter", [True, False])
+@pytest.mark.parametrize(("algorithm", "problem_name", "options"), [
+    (ERBO, "ackley", {}), (WDRBO, "ackley", {}), (WDRBO, "newsvendor", {"wdrbo_L_detached": True}),
+    (SBOKDE, "modified-branin", {}),
+])
+def test_adam_takes_the_kernels_gradient_without_autograd_and_gets_autograds_steps_to_the_bit(
+        algorithm, problem_name: str, options: dict, project_parameter: bool) -> None:
+    """`value_and_gradient`: where an Adam step is one compiled call, Adam skips autograd; the
+    end points, values and step count are those of autograd through `forward`."""
+    problem, (acq,) = _paper_acquisitions(problem_name, 40, [{"adam_pass": "compiled"} | options], algorithm)
+    taken = []
+    direct = acq.value_and_gradient
+    acq.value_and_gradient = lambda x: taken.append(x.shape[0]) or direct(x)
+    low, high = problem.decision_bounds
+    starts = low + (high - low) * torch.rand(6, problem.dim_x, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    settings = OptimizerSettings(num_restarts=6, raw_samples=6, batch_limit=6, project_parameter=project_parameter)
+    bounds = torch.stack([low, high]).to(torch.float64)
+    x, values, steps = adam_ascent(acq, starts, bounds, settings)
+    assert taken == [6] * steps and steps > 5  # every step took the kernel's gradient
+    x_autograd, values_autograd, steps_autograd = adam_ascent(lambda x: acq(x), starts, bounds, settings)
+    assert torch.equal(x, x_autograd) and torch.equal(values, values_autograd) and steps == steps_autograd
+    # Batches beyond the compiled pass's (the screening pass) have no closed-form route.
+    assert direct(starts.repeat(3, 1)) is None

@@ -58,6 +58,12 @@ class Acquisition(torch.nn.Module):
     @abc.abstractmethod
     def forward(self, x: Tensor) -> Tensor: ...
 
+    def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
+        """alpha(x) [b] and its x-gradient [b, d_x] without autograd, for an acquisition whose
+        Adam step is one compiled call with its gradient in closed form (torch's autograd around
+        it costs about as much as the call); None: Adam differentiates `forward`."""
+        return None
+
 
 def context_pairs(x: Tensor, contexts: Tensor) -> Tensor:
     """All pairs [x_i, c_j] as [b, N, d_x + d_c]."""

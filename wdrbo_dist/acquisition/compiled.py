@@ -33,6 +33,14 @@ ADAM_PASS = Option("compiled", "torch", choices=("compiled", "torch"))
 COMPILED_MAX_BATCH = 16
 
 
+def compiled_value_and_gradient(compiled: "CompiledUCB | None", x: Tensor) -> tuple[Tensor, Tensor] | None:
+    """An Adam step's value and x-gradient from the mean-UCB kernel, where the acquisition has
+    one (`Acquisition.value_and_gradient`); None for a batch larger than COMPILED_MAX_BATCH."""
+    if compiled is None or x.shape[0] > COMPILED_MAX_BATCH:
+        return None
+    return compiled.value_and_gradient(x)
+
+
 def compiled_mean_ucb(model: GaussianProcess, nodes: Tensor, weights: Tensor, beta: float,
                       points: Tensor | None = None, radius: float = 0.0,
                       detach_lipschitz: bool = False) -> "CompiledUCB | None":

@@ -157,6 +157,7 @@ def adam_ascent(
     x = starts.clone().requires_grad_(True)
     optimizer = AdamUpdate(x, lr=settings.lr)
     stopping = MovingAverageStop(settings.maxiter, settings.n_window, settings.rel_tol)
+    direct = getattr(acquisition, "value_and_gradient", None)  # `Acquisition.value_and_gradient`
     steps = 0
     while True:
         if settings.project_parameter:
@@ -165,8 +166,15 @@ def adam_ascent(
             point = x
         else:
             point = torch.maximum(torch.minimum(x.detach(), upper), lower).requires_grad_(True)
-        loss = -acquisition(point).sum()
-        (grad,) = torch.autograd.grad(loss, point)
+        given = direct(point.detach()) if direct is not None else None
+        if given is None:
+            loss = -acquisition(point).sum()
+            (grad,) = torch.autograd.grad(loss, point)
+        else:
+            # autograd's result to the bit: the negated sum hands each value -1, and -1 times a
+            # gradient row is its negation
+            values, gradient = given
+            loss, grad = -values.sum(), -gradient
         # A non-finite gradient (e.g. at a kink) must not poison the whole batch of restarts.
         optimizer.step(torch.nan_to_num(grad, nan=0.0, posinf=0.0, neginf=0.0))
         steps += 1

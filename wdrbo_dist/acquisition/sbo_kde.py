@@ -12,7 +12,9 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
-from wdrbo_dist.acquisition.compiled import ADAM_PASS, COMPILED_MAX_BATCH, compiled_mean_ucb
+from wdrbo_dist.acquisition.compiled import (
+    ADAM_PASS, COMPILED_MAX_BATCH, compiled_mean_ucb, compiled_value_and_gradient,
+)
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.models.gp import GaussianProcess
 
@@ -29,6 +31,9 @@ class SampleAverageUCB(Acquisition):
         if compiled:
             weights = contexts.new_full((contexts.shape[0],), 1.0 / contexts.shape[0])
             self._compiled = compiled_mean_ucb(model, contexts, weights, beta)
+
+    def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
+        return compiled_value_and_gradient(self._compiled, x)
 
     def forward(self, x: Tensor) -> Tensor:
         if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)

@@ -17,7 +17,9 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
-from wdrbo_dist.acquisition.compiled import ADAM_PASS, COMPILED_MAX_BATCH, compiled_mean_ucb
+from wdrbo_dist.acquisition.compiled import (
+    ADAM_PASS, COMPILED_MAX_BATCH, compiled_mean_ucb, compiled_value_and_gradient,
+)
 from wdrbo_dist.models.gp import ContextFeatures, GaussianProcess
 
 
@@ -74,6 +76,9 @@ class WassersteinUCB(Acquisition):
         _, grad = self.model.ucb_pairs(x, self.nodes[:0], self.beta, gradient_contexts=self.lipschitz_points)
         assert grad is not None
         return grad.norm(dim=-1).amax(dim=-1)
+
+    def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
+        return compiled_value_and_gradient(self._compiled, x)
 
     def forward(self, x: Tensor) -> Tensor:
         if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)

@@ -86,6 +86,17 @@ class CompiledUCB:
     def __call__(self, x: Tensor) -> Tensor:
         return _CompiledValue.apply(x, self)
 
+    def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """(value [b], its x-gradient [b, d_x]; L's part left out when `detach_lipschitz`)."""
+        mean, d_mean, norm, d_norm = _acquisition_terms(np.ascontiguousarray(x.detach().numpy()), *self.arguments)
+        if self.radius:
+            value = mean - self.radius * norm
+            if not self.detach_lipschitz:
+                d_mean = d_mean - self.radius * d_norm
+        else:
+            value = mean
+        return torch.from_numpy(value), torch.from_numpy(d_mean)
+
 
 class CompiledPairs:
     """x [b, d_x] -> the UCB at every pair (x_b, c_j) [b, N] of fixed contexts c_j, differentiable
@@ -191,16 +202,9 @@ class _CompiledValue(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, acquisition: CompiledUCB) -> Tensor:  # type: ignore[override]
-        mean, d_mean, norm, d_norm = _acquisition_terms(np.ascontiguousarray(x.detach().numpy()),
-                                                        *acquisition.arguments)
-        if acquisition.radius:
-            value = mean - acquisition.radius * norm
-            if not acquisition.detach_lipschitz:
-                d_mean = d_mean - acquisition.radius * d_norm
-        else:
-            value = mean
-        ctx.save_for_backward(torch.from_numpy(d_mean))
-        return torch.from_numpy(value)
+        value, jacobian = acquisition.value_and_gradient(x)
+        ctx.save_for_backward(jacobian)
+        return value
 
     @staticmethod
     def backward(ctx, grad_value: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
