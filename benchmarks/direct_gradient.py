@@ -23,6 +23,7 @@ keep_freed_memory()
 
 from wdrbo_dist.acquisition import optimize  # noqa: E402
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from wdrbo_dist.problems import problem_names  # noqa: E402
 from wdrbo_dist.records import MACHINE_COLUMNS  # noqa: E402
 from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
 
@@ -46,9 +47,9 @@ def timed_run(spec: RunSpec, route: str) -> tuple[float, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithms", nargs="+", default=["erbo", "wdrbo", "sbo-kde"], choices=list(ALGORITHMS))
-    parser.add_argument("--problem", default="ackley")
+    parser.add_argument("--problem", default="ackley", choices=problem_names())
     parser.add_argument("--seeds", type=count, default=3)
-    parser.add_argument("--first-seed", type=int, default=100)
+    parser.add_argument("--first-seed", type=count, default=100)
     args = parser.parse_args()
     print(f"{'algorithm':<10} {'seed':>5} {'autograd s':>11} {'direct s':>9} {'ratio':>6}")
     for algorithm in args.algorithms:

@@ -41,6 +41,7 @@ from wdrbo_dist.acquisition import optimize  # noqa: E402
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.models import gp  # noqa: E402
+from wdrbo_dist.problems import problem_names  # noqa: E402
 from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
 
 PHASES = ("fit", "build", "screen", "adam fwd", "adam bwd", "adam rest", "inner", "other")
@@ -115,7 +116,7 @@ def profile(spec: RunSpec) -> tuple[dict[str, float], float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
-    parser.add_argument("--problem", default="ackley")
+    parser.add_argument("--problem", default="ackley", choices=problem_names())
     parser.add_argument("--evaluations", type=int, default=100)
     parser.add_argument("--seed", type=int, default=100)
     parser.add_argument("--fidelity", default="paper", choices=["paper", "reference"])

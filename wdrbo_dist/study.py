@@ -366,13 +366,11 @@ class CtrlC:
         self._deferring = False
 
     def _handler(self, signum: int, frame: object) -> None:
-        again = self.requested
-        self.requested = True
-        if again and self._deferring:  # a second Ctrl-C stops a slow MLflow call too
-            self.cut_short = True
-            raise KeyboardInterrupt
-        if not self._deferring:
-            raise KeyboardInterrupt
+        again, self.requested = self.requested, True
+        if self._deferring and not again:
+            return
+        self.cut_short = self._deferring  # a second Ctrl-C stops a slow MLflow call too
+        raise KeyboardInterrupt
 
     @contextmanager
     def taken(self) -> Iterator[None]:

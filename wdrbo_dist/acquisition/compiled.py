@@ -5,7 +5,7 @@ DRBO-MMD's and the minimax's grids, StableOpt's box). Its option is declared her
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from torch import Tensor
 
@@ -31,14 +31,18 @@ ADAM_PASS = Option("compiled", "torch", choices=("compiled", "torch"))
 # The compiled pass serves calls of at most this many candidates (Adam's restarts); the
 # screening pass's hundreds keep torch's, whose products run at BLAS speed.
 COMPILED_MAX_BATCH = 16
+Kernel = TypeVar("Kernel")
+
+
+def compiled_route(compiled: Kernel | None, x: Tensor) -> Kernel | None:
+    """A compiled kernel where it serves this call (built, and an Adam-sized batch), else None."""
+    return compiled if compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH else None
 
 
 def compiled_value_and_gradient(compiled: "CompiledUCB | None", x: Tensor) -> tuple[Tensor, Tensor] | None:
-    """An Adam step's value and x-gradient from the mean-UCB kernel, where the acquisition has
-    one (`Acquisition.value_and_gradient`); None for a batch larger than COMPILED_MAX_BATCH."""
-    if compiled is None or x.shape[0] > COMPILED_MAX_BATCH:
-        return None
-    return compiled.value_and_gradient(x)
+    """`Acquisition.value_and_gradient` for the acquisitions with a mean-UCB kernel."""
+    kernel = compiled_route(compiled, x)
+    return None if kernel is None else kernel.value_and_gradient(x)
 
 
 def compiled_mean_ucb(model: GaussianProcess, nodes: Tensor, weights: Tensor, beta: float,
@@ -76,8 +80,8 @@ class FixedContextUCB:
         self._compiled = compiled_pairs(model, contexts, beta, self.features, sparse_backward) if compiled else None
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:
-            return self._compiled(x)
+        if (kernel := compiled_route(self._compiled, x)) is not None:
+            return kernel(x)
         return self.model.ucb_from_features(x, self.features, self.beta)[0]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from wdrbo_dist.acquisition.compiled import COMPILED_MAX_BATCH, compiled_fresh_pairs
+from wdrbo_dist.acquisition.compiled import compiled_fresh_pairs, compiled_route
 from wdrbo_dist.models.gp import VARIANCE_FLOOR, GaussianProcess, rbf
 
 # Below this many candidates, `FreshContextUCB` forms the candidate-side quadratic forms
@@ -50,15 +50,14 @@ class FreshContextUCB:
     def minimum(self, x: Tensor, contexts: Tensor) -> Tensor | None:
         """min_j UCB(x_b, c_j) [b], differentiable in x, by the compiled pair kernel (None where it
         does not serve: not `compiled`, or more than COMPILED_MAX_BATCH candidates)."""
-        if self._compiled is None or x.shape[0] > COMPILED_MAX_BATCH:
-            return None
-        return self._compiled.minimum(x, contexts)
+        kernel = compiled_route(self._compiled, x)
+        return None if kernel is None else kernel.minimum(x, contexts)
 
     def __call__(self, x: Tensor, contexts: Tensor) -> Tensor:
         """UCB [b, N] at all pairs (x_i, c_j)."""
-        if (self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH
-                and not (x.requires_grad and torch.is_grad_enabled())):
-            return self._compiled(x, contexts)
+        kernel = compiled_route(self._compiled, x)
+        if kernel is not None and not (x.requires_grad and torch.is_grad_enabled()):
+            return kernel(x, contexts)
         if x.shape[0] > DIRECT_MAX_BATCH:
             return self.model.ucb_pairs(x, contexts, self.beta, region=self.region)[0]
         if self.region is not None:

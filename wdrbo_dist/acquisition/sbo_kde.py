@@ -13,7 +13,7 @@ from torch import Tensor
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.compiled import (
-    ADAM_PASS, COMPILED_MAX_BATCH, compiled_mean_ucb, compiled_value_and_gradient,
+    ADAM_PASS, compiled_mean_ucb, compiled_route, compiled_value_and_gradient,
 )
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.models.gp import GaussianProcess
@@ -36,8 +36,8 @@ class SampleAverageUCB(Acquisition):
         return compiled_value_and_gradient(self._compiled, x)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)
-            return self._compiled(x)
+        if (kernel := compiled_route(self._compiled, x)) is not None:  # (built on the CPU only)
+            return kernel(x)
         ucb, _ = self.model.ucb_from_features(x, self.features, self.beta)
         return ucb.mean(dim=-1)
 

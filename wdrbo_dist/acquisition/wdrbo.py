@@ -18,7 +18,7 @@ from torch import Tensor
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.compiled import (
-    ADAM_PASS, COMPILED_MAX_BATCH, compiled_mean_ucb, compiled_value_and_gradient,
+    ADAM_PASS, compiled_mean_ucb, compiled_route, compiled_value_and_gradient,
 )
 from wdrbo_dist.models.gp import ContextFeatures, GaussianProcess
 
@@ -81,8 +81,8 @@ class WassersteinUCB(Acquisition):
         return compiled_value_and_gradient(self._compiled, x)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self._compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH:  # (built on the CPU only)
-            return self._compiled(x)
+        if (kernel := compiled_route(self._compiled, x)) is not None:  # (built on the CPU only)
+            return kernel(x)
         if self._all_features is None:
             return self.expected_ucb(x)
         # One pass shares the candidate-side work between the mean term and L(x); the context

@@ -537,7 +537,6 @@ def _fresh_pair_values(x, contexts, train, lengthscale, inverse, alpha, mean_con
                         coefficients, vectors)[0]
 
 
-
 @njit(cache=True)
 def variances_in_place(quad, floor):  # type: ignore[no-untyped-def]
     """quad <- max(1 - quad, floor), elementwise, as torch's rsub and clamp_min compute it (each
