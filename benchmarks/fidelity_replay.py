@@ -51,7 +51,8 @@ from fidelity import FIRST_SEED  # noqa: E402
 from published import ALGORITHMS as PUBLISHED_NAMES, PROBLEMS as PUBLISHED_PROBLEMS, PublishedCode, PublishedRun  # noqa: E402
 from wdrbo_dist.acquisition.base import BOState  # noqa: E402
 from wdrbo_dist.acquisition.kde import kde_samples  # noqa: E402
-from wdrbo_dist.acquisition.optimize import maximize_acquisition, scrambled_sobol  # noqa: E402
+from wdrbo_dist.acquisition.optimize import maximize_acquisition  # noqa: E402
+from wdrbo_dist.acquisition.sobol import scrambled_sobol  # noqa: E402
 from wdrbo_dist.algorithms import make_algorithm  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.cli.usage import UsageError  # noqa: E402

@@ -221,7 +221,8 @@ def run_one(spec: RunSpec, progress: bool = False, capture_errors: bool = True) 
 
 def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: bool) -> pd.DataFrame:
     from wdrbo_dist.acquisition.base import BOState
-    from wdrbo_dist.acquisition.optimize import maximize_acquisition, scrambled_sobol
+    from wdrbo_dist.acquisition.optimize import maximize_acquisition
+    from wdrbo_dist.acquisition.sobol import scrambled_sobol
     from wdrbo_dist.algorithms import make_algorithm
     from wdrbo_dist.models.gp import fit_gp
     from wdrbo_dist.problems import make_problem

@@ -131,7 +131,7 @@ def test_drbo_kde_value_matches_a_direct_computation() -> None:
         # Replay the generator: the KDE samples first, then this call's Sobol scramble.
         g = torch.Generator().manual_seed(5)
         samples = kde_samples(state.context, 1024, problem.context_bounds, g)
-        from wdrbo_dist.acquisition.optimize import scrambled_sobol
+        from wdrbo_dist.acquisition.sobol import scrambled_sobol
 
         v = scrambled_sobol(1024, 2, g)
         low, high = algo.min_box()[0], algo.min_box()[1]

@@ -14,8 +14,8 @@ from wdrbo_dist.acquisition.optimize import (
     adam_ascent,
     boltzmann_starts,
     maximize_acquisition,
-    scrambled_sobol,
 )
+from wdrbo_dist.acquisition.sobol import scrambled_sobol
 
 BOX = torch.tensor([[0.0, 0.0], [1.0, 1.0]], dtype=torch.float64)
 

@@ -41,7 +41,7 @@ from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.compiled import ADAM_PASS, FixedContextUCB
 from wdrbo_dist.acquisition.kde import kde_samples
-from wdrbo_dist.acquisition.optimize import scrambled_sobol
+from wdrbo_dist.acquisition.sobol import scrambled_sobol
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
 from wdrbo_dist.models.gp import GaussianProcess
 

@@ -26,6 +26,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from wdrbo_dist.acquisition.sobol import scrambled_sobol
+
 AcquisitionFn = Callable[[Tensor], Tensor]  # [b, d_x] -> [b]
 
 
@@ -50,16 +52,6 @@ CHEAP = OptimizerSettings(num_restarts=5, raw_samples=64, batch_limit=64)
 class OptimizationStats:
     acquisition_calls: int = 0
     adam_steps: int = 0
-
-
-def draw_seed(generator: torch.Generator) -> int:
-    return int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
-
-
-def scrambled_sobol(n: int, dim: int, generator: torch.Generator, dtype: torch.dtype = torch.float64) -> Tensor:
-    """`n` points of a Sobol sequence scrambled with a seed drawn from `generator` (CPU)."""
-    engine = torch.quasirandom.SobolEngine(dimension=dim, scramble=True, seed=draw_seed(generator))
-    return engine.draw(n, dtype=dtype)
 
 
 def boltzmann_starts(x: Tensor, values: Tensor, n: int, eta: float, generator: torch.Generator) -> Tensor:

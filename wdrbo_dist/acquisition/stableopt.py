@@ -25,7 +25,7 @@ from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.compiled import ADAM_PASS
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
-from wdrbo_dist.acquisition.optimize import scrambled_sobol
+from wdrbo_dist.acquisition.sobol import scrambled_sobol
 from wdrbo_dist.models.gp import GaussianProcess
 
 
