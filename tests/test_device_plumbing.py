@@ -39,6 +39,10 @@ ON_PURPOSE = {
     ("models/compiled_ucb.py", "__call__"): "the compiled minimum over fresh contexts runs on CPU tensors only",
     ("models/gp.py", "_ucb_without_gradient"):
         "the screening pass's compiled elementwise passes take CPU float64 tensors only (elsewhere, torch's)",
+    ("acquisition/mmd_common.py", "context_gram"):
+        "the grid Gram matrix's compiled symmetric part takes CPU float64 tensors only (elsewhere, torch's)",
+    ("acquisition/sobol.py", "_direction_numbers"):
+        "Sobol points are drawn on the host, as torch's SobolEngine draws them, then moved",
 }
 FAST = {"num_restarts": 2, "raw_samples": 32, "batch_limit": 32}
 

@@ -57,9 +57,15 @@ def empirical_pmf(contexts: Tensor, grid: Tensor) -> Tensor:
 
 
 def context_gram(grid: Tensor, context_lengthscale: Tensor) -> Tensor:
-    """K [M, M] = k_c(g_j, g_l) with the GP's context lengthscales, symmetrised."""
+    """K [M, M] = k_c(g_j, g_l) with the GP's context lengthscales, symmetrised (`rbf`'s
+    arithmetic, which is not exactly symmetric; on the CPU in float64, the same bits in one
+    compiled pass instead of torch's transposed sum)."""
     k = rbf(grid, grid, context_lengthscale.to(grid))
-    return 0.5 * (k + k.T)
+    if k.device.type != "cpu" or k.dtype != torch.float64 or k.requires_grad:
+        return 0.5 * (k + k.T)
+    from wdrbo_dist.acquisition.gram_kernel import symmetric_part
+
+    return torch.from_numpy(symmetric_part(k.numpy()))
 
 
 def mmd_radius(n: int, constant: float = MMD_RADIUS_CONSTANT) -> float:

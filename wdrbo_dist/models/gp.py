@@ -74,8 +74,13 @@ def rbf(a: Tensor, b: Tensor, lengthscale: Tensor) -> Tensor:
     """k(a, b) = exp(-0.5 * sum_k (a_k - b_k)^2 / l_k^2) for a [..., m, D], b [n, D] -> [..., m, n]."""
     a_s = a / lengthscale
     b_s = b / lengthscale
-    sq = (a_s * a_s).sum(-1, keepdim=True) - 2.0 * a_s @ b_s.T + (b_s * b_s).sum(-1)
-    return torch.exp(-0.5 * sq.clamp_min(0.0))
+    if torch.is_grad_enabled() and (a_s.requires_grad or b_s.requires_grad):
+        sq = (a_s * a_s).sum(-1, keepdim=True) - 2.0 * a_s @ b_s.T + (b_s * b_s).sum(-1)
+        return torch.exp(-0.5 * sq.clamp_min(0.0))
+    # Without autograd, the same operations in place on the product (the same bits, written
+    # once instead of five times: context_gram's [1024, 1024] arrays).
+    sq = (2.0 * a_s) @ b_s.T
+    return sq.neg_().add_((a_s * a_s).sum(-1, keepdim=True)).add_((b_s * b_s).sum(-1)).clamp_min_(0.0).mul_(-0.5).exp_()
 
 
 @dataclass(frozen=True)
