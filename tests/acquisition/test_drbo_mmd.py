@@ -14,7 +14,7 @@ from scipy.optimize import minimize
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD, MMDAcquisition, MMDWorstCase, drop_zero_cone_rows, gram_factor
 from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf, mmd_radius
-from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.models.gp import fit_gp, rbf
 from wdrbo_dist.problems import make_problem
 
 T = torch.float64
@@ -313,3 +313,13 @@ def test_tensor_grid_factor_is_a_factor_of_the_grid_gram_matrix() -> None:
     reference = DRBOMMD(problem, "reference")  # the diagonal: a factor of its own K
     diag_gram = context_gram(reference.grid(), lengthscale)
     assert np.abs(reference.factor(diag_gram, lengthscale) @ reference.factor(diag_gram, lengthscale).T - diag_gram.numpy()).max() < 1e-8
+
+
+@pytest.mark.parametrize(("points", "dim"), [(1024, 1), (1000, 1), (1024, 2), (33, 3), (1, 1)])
+def test_the_grid_gram_matrix_is_torchs_symmetric_part_to_the_bit(points: int, dim: int) -> None:
+    generator = torch.Generator().manual_seed(points)
+    grid = torch.rand(points, dim, generator=generator, dtype=torch.float64) * 4 - 2
+    lengthscale = torch.rand(dim, generator=generator, dtype=torch.float64) + 0.05
+    k = rbf(grid, grid, lengthscale)
+    gram = context_gram(grid, lengthscale)
+    assert torch.equal(gram, 0.5 * (k + k.T)) and torch.equal(gram, gram.T)

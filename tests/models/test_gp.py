@@ -423,3 +423,14 @@ def test_values_without_autograd_are_the_autograd_routes_to_the_bit(basis: bool,
     assert compiled_calls == [1]  # the no-autograd call took the compiled passes, the other did not
     assert differentiable.requires_grad and not fused.requires_grad
     assert torch.equal(fused, differentiable.detach())
+
+
+@pytest.mark.parametrize(("m", "n", "dim"), [(1024, 1024, 1), (1000, 37, 1), (300, 99, 3), (5, 1, 2)])
+def test_rbf_without_autograd_has_the_bits_of_its_differentiable_arithmetic(m: int, n: int, dim: int) -> None:
+    generator = torch.Generator().manual_seed(m + n)
+    a = torch.rand(3, m, dim, generator=generator, dtype=torch.float64) * 4 - 2
+    b = torch.rand(n, dim, generator=generator, dtype=torch.float64) * 4 - 2
+    lengthscale = torch.rand(dim, generator=generator, dtype=torch.float64) + 0.05
+    differentiable = rbf(a.clone().requires_grad_(), b, lengthscale)
+    assert differentiable.requires_grad
+    assert torch.equal(rbf(a, b, lengthscale), differentiable.detach())
