@@ -3,12 +3,13 @@ drawn once, in one compiled call instead of an engine per draw.
 
 StableOpt redraws its 1024 box contexts at every Adam step and DRBO-KDE its m(x) samples at
 every call, where building the engine (a dozen tensor calls, its scramble's triple loop) took
-about 0.3 ms, a twelfth of the step. The engine takes its random bits from a fresh torch
-generator seeded with the drawn seed: a standard 32-bit Mersenne Twister, whose outputs' lowest
-bits `torch.randint(2, ...)` keeps in order (first the shift's bits, then the scramble
-matrices'). `_scrambled_points` runs that generator, the scramble and the Gray-code draw;
-the direction numbers come from torch once per dimension. numba is imported at the first draw.
-`tests/acquisition/test_sobol.py` holds it to the engine, bit for bit.
+about 0.3 ms, a tenth of a StableOpt Adam step. The engine takes its random bits from a fresh
+torch generator seeded with the drawn seed: a standard 32-bit Mersenne Twister, whose outputs'
+lowest bits `torch.randint(2, ...)` keeps in order (first the shift's bits, then the scramble
+matrices'). `sobol_kernel.scrambled_points` runs that generator, the scramble and the
+Gray-code draw; the direction numbers come from an unscrambled engine once per dimension.
+numba is imported at the first draw. `tests/acquisition/test_sobol.py` holds it to the
+engine, bit for bit.
 """
 
 from __future__ import annotations
@@ -41,8 +42,6 @@ def scrambled_sobol(n: int, dim: int, generator: torch.Generator, dtype: torch.d
 @functools.lru_cache(maxsize=None)
 def _direction_numbers(dim: int) -> np.ndarray:
     """The engine's unscrambled direction numbers [dim, BITS] (read-only)."""
-    state = torch.zeros(dim, BITS, dtype=torch.long)
-    torch._sobol_engine_initialize_state_(state, dim)
-    array = state.numpy().copy()
+    array = torch.quasirandom.SobolEngine(dim, scramble=False).sobolstate.numpy().copy()
     array.flags.writeable = False
     return array
