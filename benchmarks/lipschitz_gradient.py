@@ -13,6 +13,8 @@ minimax's compiled backward pass over every grid point (0.14.0's records) or ove
 nonzero weight only (option `minimax_sparse_gradient`, since 0.15.0). `--compare minimum`:
 StableOpt's value and x-gradient at the minimising contexts by torch's posterior and autograd
 (0.15.0's records) or by the pair kernel (option `stable_compiled_gradient`, since 0.16.0).
+`--compare exp`: the fresh contexts' exponentials of StableOpt's and DRBO-KDE's compiled calls
+by libm (0.16.0's records) or by a polynomial within 1 ulp (option `fresh_exp`, since 0.17.0).
 Same method? At what speed?
 
 Each pair agrees to ~1e-12 relative (tests/acquisition/test_wdrbo.py), which is enough for one
@@ -43,6 +45,7 @@ COMPARISONS: dict[str, dict[str, dict[str, object]]] = {
     },
     "sparse": {"dense": {"minimax_sparse_gradient": False}, "sparse": {"minimax_sparse_gradient": True}},
     "minimum": {"torch": {"stable_compiled_gradient": False}, "kernel": {"stable_compiled_gradient": True}},
+    "exp": {"libm": {"fresh_exp": "libm"}, "polynomial": {"fresh_exp": "polynomial"}},
 }
 
 
@@ -139,7 +142,8 @@ def main() -> None:
     add_run_arguments(parser, problems=["ackley", "newsvendor"], seeds=10)
     parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd",
                                                             "drbo-mmd-minimax", "stableopt"], default=["erbo", "wdrbo"],
-                        help="--compare pass: whose routes (gradient: WDRBO's; sparse: the minimax's; minimum: StableOpt's)")
+                        help="--compare pass and exp: whose routes (gradient: WDRBO's; sparse: the minimax's; "
+                             "minimum: StableOpt's)")
     parser.add_argument("--compare", choices=list(COMPARISONS), default="pass", help="which two routes to run")
     parser.add_argument("--step", action="store_true", help="time one Adam step instead of comparing runs")
     parser.add_argument("--n", type=count, default=99, help="--step: training points of the GP")
@@ -154,7 +158,7 @@ def main() -> None:
                   f"candidates, n = {args.n}, d_c = {args.dim_c})")
         return
     algorithms = {"pass": args.algorithms, "gradient": ["wdrbo"], "sparse": ["drbo-mmd-minimax"],
-                  "minimum": ["stableopt"]}[args.compare]
+                  "minimum": ["stableopt"], "exp": args.algorithms}[args.compare]
     compare(algorithms, args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, "paper", args.workers,
             first_seed=args.first_seed)
 

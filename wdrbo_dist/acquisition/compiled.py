@@ -28,6 +28,13 @@ if TYPE_CHECKING:
 # compiled beside torch's mean term, was replaced by it.)
 ADAM_PASS = Option("compiled", "torch", choices=("compiled", "torch"))
 
+# How the compiled kernels take the exponentials of contexts drawn afresh at every call
+# (StableOpt's box, DRBO-KDE's m(x) samples: 1,024 or more a call, one per training point each):
+# libm's exp, one call a value (`libm`, the reference profile's; 0.16.0's records), or a
+# polynomial within 1 ulp of it in loops the compiler vectorises (`polynomial`, the paper
+# profile's since 0.17.0: about 3x faster per value, ~10 % of a StableOpt or DRBO-KDE run).
+FRESH_EXP = Option("polynomial", "libm", choices=("polynomial", "libm"))
+
 # The compiled pass serves calls of at most this many candidates (Adam's restarts); the
 # screening pass's hundreds keep torch's, whose products run at BLAS speed.
 COMPILED_MAX_BATCH = 16
@@ -85,9 +92,10 @@ class FixedContextUCB:
         return self.model.ucb_from_features(x, self.features, self.beta)[0]
 
 
-def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Tensor | None) -> "CompiledFreshPairs | None":
-    """The kernel's UCB [b, N] without gradient for contexts drawn afresh at every call (None off
-    the CPU or float64)."""
+def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Tensor | None,
+                         polynomial_exp: bool = False) -> "CompiledFreshPairs | None":
+    """The kernel's UCB [b, N] for contexts drawn afresh at every call (None off the CPU or
+    float64); `polynomial_exp`: option `fresh_exp: polynomial`."""
     from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs
 
-    return CompiledFreshPairs.build(model, beta, region)
+    return CompiledFreshPairs.build(model, beta, region, polynomial_exp)

@@ -17,7 +17,8 @@ option `drbokde_closed_form=False` solves it per candidate) and the tests check 
 Gradient as in the reference: through u only (m(x) and the sorted-weight mask are constants),
 which is the LP's envelope gradient with (a*, b*) frozen. An Adam step's u comes from the
 compiled pair kernel (option `adam_pass: compiled`, paper profile), its backward pass from
-the sorted weights.
+the sorted weights; m(x) from the fresh-context kernel, its exponentials by a polynomial (option
+`fresh_exp`, paper profile since 0.17.0) or libm.
 
 The Sobol points for m(x) are re-drawn at every acquisition call in both profiles (spec 1.6,
 8.16): that is how the reference's optimiser sees this acquisition, and redrawing does not
@@ -39,7 +40,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
-from wdrbo_dist.acquisition.compiled import ADAM_PASS, FixedContextUCB
+from wdrbo_dist.acquisition.compiled import ADAM_PASS, FRESH_EXP, FixedContextUCB
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.acquisition.sobol import scrambled_sobol
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
@@ -120,12 +121,14 @@ class DRBOKDEAcquisition(Acquisition):
         closed_form: bool = True,
         detach_min: bool = True,
         compiled: bool = False,
+        polynomial_exp: bool = False,
     ) -> None:
         super().__init__(radius=radius)
         self.model = model
         self.beta = beta
         self.samples_ucb = FixedContextUCB(model, kde, beta, compiled)  # u [b, N]: the samples are fixed for the step
-        self.fresh = FreshContextUCB(model, beta, min_box, compiled)  # m(x)'s Sobol points change at every call
+        # m(x)'s Sobol points change at every call
+        self.fresh = FreshContextUCB(model, beta, min_box, compiled, polynomial_exp)
         self.min_points = min_points
         self.min_box = min_box  # [2, d_c]: c = min_box[0] + (min_box[1] - min_box[0]) * v
         self.generator = generator
@@ -195,6 +198,7 @@ class DRBOKDE(Algorithm):
         "drbokde_closed_form": Option(True, True),  # Project decision 4: same value as the LP, batched
         "drbokde_min_detached": Option(True, True),  # spec 8.15: m(x) adds to the value, not the gradient
         "adam_pass": ADAM_PASS,
+        "fresh_exp": FRESH_EXP,  # m(x)'s exponentials in the compiled pass (since 0.17.0: a polynomial)
     }
 
     def radius(self, n: int) -> float:
@@ -221,4 +225,5 @@ class DRBOKDE(Algorithm):
             closed_form=bool(self.options["drbokde_closed_form"]),
             detach_min=bool(self.options["drbokde_min_detached"]),
             compiled=self.options["adam_pass"] == "compiled",
+            polynomial_exp=self.options["fresh_exp"] == "polynomial",
         )

@@ -13,7 +13,9 @@ recomputed, differentiably, at each candidate's minimising context only. An Adam
 for the minimum takes the compiled pair kernel (option `adam_pass: compiled`, paper profile);
 with `stable_compiled_gradient` (paper profile, since 0.16.0) the kernel's minimum is the value
 and its closed-form gradient at the minimising contexts replaces torch's recomputation (the
-same values and gradients to rounding; 0.5-0.8 ms less per Adam step on one context dimension).
+same values and gradients to rounding; 0.5-0.8 ms less per Adam step on one context dimension);
+with `fresh_exp: polynomial` (paper profile, since 0.17.0) the contexts' kernel exponentials in
+those compiled calls are a vectorised polynomial within 1 ulp of libm's.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
-from wdrbo_dist.acquisition.compiled import ADAM_PASS
+from wdrbo_dist.acquisition.compiled import ADAM_PASS, FRESH_EXP
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
 from wdrbo_dist.acquisition.sobol import scrambled_sobol
 from wdrbo_dist.models.gp import GaussianProcess
@@ -44,13 +46,13 @@ class MinimumUCB(Acquisition):
     """min_j UCB(x, c_j) over a context set re-drawn in `box` at every call."""
 
     def __init__(self, model: GaussianProcess, beta: float, box: Tensor, points: int, generator: torch.Generator,
-                 compiled: bool = False, compiled_gradient: bool = False) -> None:
+                 compiled: bool = False, compiled_gradient: bool = False, polynomial_exp: bool = False) -> None:
         super().__init__()
         self.compiled_gradient = compiled_gradient
         self.model = model
         self.beta = beta
         self.box = box.to(model.train_x)
-        self.ucb = FreshContextUCB(model, beta, self.box, compiled)
+        self.ucb = FreshContextUCB(model, beta, self.box, compiled, polynomial_exp)
         self.points = points
         self.generator = generator
 
@@ -85,10 +87,12 @@ class StableOpt(Algorithm):
         # With adam_pass compiled: the kernel's value and closed-form x-gradient at the minimising
         # contexts (since 0.16.0), or torch's posterior and autograd there (0.15.0's records).
         "stable_compiled_gradient": Option(True, False),
+        "fresh_exp": FRESH_EXP,  # the box contexts' exponentials in the compiled pass (since 0.17.0: a polynomial)
     }
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:
         box = stable_box(state.context, float(self.options["stable_box_sigmas"]), bool(self.options["stable_box_sign_bug"]))
         return MinimumUCB(model, float(self.options["beta"]), box, max(1, int(self.options["stable_points"])), generator,
                           compiled=self.options["adam_pass"] == "compiled",
-                          compiled_gradient=bool(self.options["stable_compiled_gradient"]))
+                          compiled_gradient=bool(self.options["stable_compiled_gradient"]),
+                          polynomial_exp=self.options["fresh_exp"] == "polynomial")
