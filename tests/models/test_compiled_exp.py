@@ -42,3 +42,20 @@ def test_the_option_moves_a_run_by_rounding_only_at_first(algorithm: str) -> Non
     columns = ["x_0", "x_1"]
     first = {choice: frame.loc[~frame["is_initial"], columns].to_numpy()[0] for choice, frame in records.items()}
     assert np.allclose(first["libm"], first["polynomial"], rtol=0.0, atol=1e-6)  # the first BO point
+
+
+def test_its_bits_are_those_of_its_operations_each_rounded_so_no_cpu_fuses_them() -> None:
+    from wdrbo_dist.models import compiled_ucb as kernel
+
+    x = np.random.default_rng(5).uniform(-708.0, 0.0, 100_000)
+    values = x.copy()
+    exp_in_place(values)
+    rounded = x * kernel._INVERSE_LN2 + kernel._ROUNDING_SHIFT  # NumPy: every operation rounded apart
+    k = rounded - kernel._ROUNDING_SHIFT
+    r = (x - k * kernel._LN2_HIGH) - k * kernel._LN2_LOW
+    p = np.full_like(r, 1.0 / 6227020800.0)
+    for factorial in (479001600.0, 39916800.0, 3628800.0, 362880.0, 40320.0, 5040.0, 720.0, 120.0, 24.0, 6.0, 2.0):
+        p = p * r + 1.0 / factorial
+    p = (p * r + 1.0) * r + 1.0
+    scale = ((rounded.view(np.int64) - kernel._ROUNDING_SHIFT_BITS + 1023) << 52).view(np.float64)
+    assert np.array_equal(values, p * scale)
