@@ -41,3 +41,8 @@ def test_the_callers_generator_moves_on_as_with_the_engine() -> None:
     scrambled_sobol(16, 2, ours)
     engine_points(16, 2, theirs, torch.float64)
     assert torch.equal(ours.get_state(), theirs.get_state())
+
+
+def test_no_points_is_an_error_not_a_write_past_the_array() -> None:
+    with pytest.raises(ValueError, match="n >= 1"):
+        scrambled_sobol(0, 2, torch.Generator().manual_seed(0))

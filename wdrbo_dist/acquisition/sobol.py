@@ -33,6 +33,8 @@ def scrambled_sobol(n: int, dim: int, generator: torch.Generator, dtype: torch.d
     direction numbers, as the engine draws them."""
     from wdrbo_dist.acquisition.sobol_kernel import scrambled_points
 
+    if n < 1:
+        raise ValueError(f"scrambled_sobol draws n >= 1 points, got n={n}")
     # The engine's first point is its shift divided in torch's default dtype.
     first_in_float32 = torch.get_default_dtype() == torch.float32
     points = scrambled_points(draw_seed(generator), n, _direction_numbers(dim), first_in_float32)
