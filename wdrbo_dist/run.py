@@ -278,6 +278,7 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
         model, fit = fit_gp(inputs.to(device), state.y.to(device), gens["algorithm"],
                             context_basis=bool(algorithm.options["context_basis"]),
                             context_forms=bool(algorithm.options["context_forms"]),
+                            basis_tolerance=float(algorithm.options["basis_tolerance"]),
                             compiled_objective=algorithm.options["gp_objective"] == "compiled")
         time_fit = time.perf_counter() - t
         t = time.perf_counter()

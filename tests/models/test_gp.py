@@ -226,6 +226,28 @@ def test_numerical_basis_spans_the_vectors_and_keeps_nothing_of_zero_vectors() -
     assert basis.shape == (3, 0) and coefficients.shape == (5, 0)
 
 
+def test_a_relative_tolerance_cuts_the_basis_at_that_singular_value_and_no_lower_than_numpys() -> None:
+    """Option `basis_tolerance`: the singular vectors above sigma_1 * tolerance are kept, every
+    vector is then within sigma_{r+1} of the span; 0 (or a tolerance below numpy's) keeps
+    numpy's rank, bit for bit."""
+    g = torch.Generator().manual_seed(16)
+    left, _ = torch.linalg.qr(torch.randn(80, 30, generator=g, dtype=torch.float64))
+    right, _ = torch.linalg.qr(torch.randn(40, 30, generator=g, dtype=torch.float64))
+    singular = 10.0 ** -torch.arange(30, dtype=torch.float64) * 0.5  # 0.5, 0.05, ..., 5e-30
+    vectors = (left * singular) @ right.T  # [80, 40], rank 30, a known spectrum
+    numpy_rank = int(np.linalg.matrix_rank(vectors.numpy()))
+    exact_basis, exact_coefficients = numerical_basis(vectors)
+    assert exact_basis.shape[1] == numpy_rank
+    for tolerance in (0.0, 1e-16):  # at or below numpy's cut: numpy's basis, the same bits
+        basis, coefficients = numerical_basis(vectors, tolerance)
+        assert torch.equal(basis, exact_basis) and torch.equal(coefficients, exact_coefficients)
+    for tolerance, rank in ((3e-12, 12), (3e-7, 7)):  # sigma_k / sigma_1 = 10^-(k-1) > tolerance
+        basis, coefficients = numerical_basis(vectors, tolerance)
+        assert basis.shape == (40, rank) and coefficients.shape == (80, rank)
+        residual = vectors - coefficients @ basis.T
+        assert float(torch.linalg.matrix_norm(residual, 2)) <= 1.01 * float(singular[rank])
+
+
 def test_an_attempt_stopped_by_the_iteration_limit_is_not_retried_as_botorch_does(monkeypatch) -> None:
     """BoTorch's fit counts L-BFGS-B's iteration / evaluation limit (status 1) as a success and
     retries only other failures (e.g. an abnormal line search, status 2)."""

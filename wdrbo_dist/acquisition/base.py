@@ -83,6 +83,13 @@ COMMON_OPTIONS: dict[str, Option] = {
     # and, for contexts drawn afresh, an [n, n] form per candidate (the records of 0.5.0).
     # benchmarks/context_basis.py compares the two over seeds.
     "context_basis": Option.same(True),
+    # The rank of that basis: the singular vectors above numpy's rank tolerance (sigma_1 * rows
+    # * eps, ~1e-13 sigma_1; `0`, the reference profile's, the records of 0.17.0) or above
+    # sigma_1 * this (the paper profile's since 0.18.0: 1e-11). On two context dimensions the
+    # vectors' spectrum decays slowly and numpy's cut keeps 50-80 of 99; 1e-11 keeps ~8 fewer and
+    # the variances are within ~5e-10 of a direct solve (numpy's cut: ~5e-12).
+    # benchmarks/context_basis.py --accuracy measures that, --compare tolerance runs both over seeds.
+    "basis_tolerance": Option(1e-11, 0.0),
     # Where the basis route is not taken (two context dimensions, or early steps), a call with a
     # few candidates (Adam's restarts) computes the variance at every pair as a quadratic form
     # [n, n] per candidate with a closed-form gradient (models/gp.py, `quadratic_forms`), not

@@ -156,7 +156,7 @@ def _max_step(lam_x: np.ndarray, lam_c: np.ndarray, dir_x: np.ndarray, dir_c: np
 
 @njit(cache=True)
 def _soc_divide(lam: np.ndarray, r: np.ndarray, out: np.ndarray) -> None:
-    """out <- lam o\ r: the x with lam o x = r in the cone's Jordan algebra (lam inside the cone)."""
+    r"""out <- lam o\ r: the x with lam o x = r in the cone's Jordan algebra (lam inside the cone)."""
     det = lam[0] * lam[0]
     inner = 0.0
     for i in range(1, lam.shape[0]):

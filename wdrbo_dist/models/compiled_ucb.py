@@ -68,7 +68,7 @@ class CompiledUCB:
             points = nodes.new_empty(0, dim_c)
         gradient_vectors = model.context_gradient_vectors(points)  # [1 + d_c, M, n]
         rows = torch.cat([centre, gradient_vectors.reshape(-1, n)])
-        basis, _ = numerical_basis(rows)
+        basis, _ = numerical_basis(rows, model.basis_tolerance)
         identity = _identity_is_cheaper(n, basis.shape[1], centre.shape[0] + points.shape[0])
         if identity:
             basis = basis.new_empty(n, 0)
@@ -131,7 +131,7 @@ class CompiledPairs:
         if shared and features.basis is not None:
             basis = features.basis  # numerical_basis(vectors)'s V
         else:
-            basis, _ = numerical_basis(vectors)
+            basis, _ = numerical_basis(vectors, model.basis_tolerance)
         identity = _identity_is_cheaper(n, basis.shape[1], vectors.shape[0])
         if identity:
             basis, coefficients = basis.new_empty(n, 0), vectors

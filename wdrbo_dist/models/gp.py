@@ -121,9 +121,11 @@ class GaussianProcess:
         y_std: float = 1.0,
         context_basis: bool = False,
         context_forms: bool = False,
+        basis_tolerance: float = 0.0,
     ) -> None:
         self.train_x = train_x
         self.context_basis = context_basis  # the route of `context_features` (see `ucb_pairs`)
+        self.basis_tolerance = basis_tolerance  # the relative rank cut of a context set's basis
         self.context_forms = context_forms  # the route of `ucb_from_features` for few candidates
         self._basis_triangles: dict[int, tuple[Tensor, Tensor]] = {}
         self.train_y = train_y_std
@@ -223,7 +225,7 @@ class GaussianProcess:
         mean = torch.cat(vectors, 0).T  # [n, N + M + M d_c]: every context-side vector
         basis = None
         if self.context_basis:
-            found = numerical_basis(mean.T) if region is None else projected(mean.T, region)
+            found = numerical_basis(mean.T, self.basis_tolerance) if region is None else projected(mean.T, region)
             if found is not None:
                 candidate_basis, coefficients = found
                 n, r, columns = self.n, candidate_basis.shape[1], mean.shape[1]
@@ -611,13 +613,17 @@ class _ContextGradientNorm(torch.autograd.Function):
         return grad_norm.unsqueeze(-1) * jacobian, None, None, None
 
 
-def numerical_basis(vectors: Tensor) -> tuple[Tensor, Tensor]:
+def numerical_basis(vectors: Tensor, relative_tolerance: float = 0.0) -> tuple[Tensor, Tensor]:
     """(V [n, r], A [rows, r]) with orthonormal V and vectors ~= A V^T: the right singular
-    vectors above numpy's rank tolerance (sigma_1 * max(rows, n) * eps)."""
+    vectors above numpy's rank tolerance (sigma_1 * max(rows, n) * eps) or, where larger,
+    sigma_1 * `relative_tolerance` (option `basis_tolerance`: every vector is then within
+    sigma_{r+1} of the span)."""
     left, singular, right_t = torch.linalg.svd(vectors, full_matrices=False)
     if singular.numel() == 0 or not bool(singular[0] > 0):
         return vectors.new_zeros(vectors.shape[-1], 0), vectors.new_zeros(vectors.shape[0], 0)
     tolerance = singular[0] * max(vectors.shape) * torch.finfo(vectors.dtype).eps
+    if relative_tolerance > 0.0:
+        tolerance = torch.maximum(tolerance, singular[0] * relative_tolerance)
     rank = int((singular > tolerance).sum())
     return right_t[:rank].T, left[:, :rank] * singular[:rank]
 
@@ -687,10 +693,10 @@ class _MapObjective:
 
 def fit_gp(
     train_x: Tensor, train_y: Tensor, generator: torch.Generator, context_basis: bool = False,
-    context_forms: bool = False, compiled_objective: bool = False,
+    context_forms: bool = False, compiled_objective: bool = False, basis_tolerance: float = 0.0,
 ) -> tuple[GaussianProcess, FitReport]:
     """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes (`context_basis`,
-    `context_forms`: the routes the fitted model takes for context sets, see
+    `context_forms`, `basis_tolerance`: the routes the fitted model takes for context sets, see
     `GaussianProcess.ucb_pairs` and `quadratic_forms`; `compiled_objective`: the objective's
     numba kernels, models/compiled_fit.py, rather than NumPy's `_MapObjective`).
 
@@ -747,5 +753,6 @@ def fit_gp(
         y_std=y_scale,
         context_basis=context_basis,
         context_forms=context_forms,
+        basis_tolerance=basis_tolerance,
     )
     return model, FitReport(attempts=attempts, converged=converged, neg_log_posterior=best[0])
