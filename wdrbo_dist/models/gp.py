@@ -264,7 +264,9 @@ class GaussianProcess:
 
         It is the numerical basis of kc on a grid of spacing REGION_SPACING lengthscales: a
         smooth kernel's vectors between grid points lie in the grid's span (to ~1e-13), and
-        `ucb_in_region` checks that every context set it is given does."""
+        `ucb_in_region` checks that every context set it is given does. It keeps numpy's rank
+        whatever `basis_tolerance` says: that check (REGION_RESIDUAL_MAX) would refuse a cut
+        basis's projections."""
         if not self.context_basis:
             return None
         dim_c = box.shape[-1]
