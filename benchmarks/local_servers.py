@@ -70,6 +70,10 @@ def stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
     process.wait(timeout=10)
 
 
+# What `ray start` prints when the node gives up waiting on the GCS during start-up.
+STARTUP_TIMEOUT = "timed out during startup"
+
+
 @dataclass
 class RayCluster:
     gcs_address: str
@@ -102,19 +106,28 @@ NODE_FLAGS = ["--num-cpus", "1", "--object-store-memory", str(100 * 1024**2), "-
 
 
 def add_worker_node(cluster: RayCluster, name: str) -> subprocess.Popen:
-    """Start one more 1-CPU node (temp dir `cluster.root / name`) and wait until it has joined."""
-    log = cluster.root / f"{name}.log"
-    process = subprocess.Popen(
-        [str(BIN / "ray"), "start", "--address", cluster.gcs_address, "--temp-dir", str(cluster.root / name),
-         *NODE_FLAGS, *_as_arguments(_chosen_ports(NODE_PORT_FLAGS))],
-        env=cluster.env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    cluster.processes.append(process)
-    wait_for(lambda: "Ray runtime started" in log.read_text() or process.poll() is not None, 120,
-             f"ray node {name}", log)
-    if process.poll() is not None:
-        raise RuntimeError(f"ray node {name} exited with {process.returncode}\n{log.read_text()[-3000:]}")
-    return process
+    """Start one more 1-CPU node (temp dir `cluster.root / name`) and wait until it has joined.
+
+    A node that gives up during start-up (Ray's "timed out during startup": its GCS calls
+    stalled, as on a 2-core machine under the test suite's load) is started once more, with
+    fresh ports and temp dir; any other exit is an error."""
+    for attempt in range(2):
+        label = name if attempt == 0 else f"{name}-retry"
+        log = cluster.root / f"{label}.log"
+        process = subprocess.Popen(
+            [str(BIN / "ray"), "start", "--address", cluster.gcs_address, "--temp-dir", str(cluster.root / label),
+             *NODE_FLAGS, *_as_arguments(_chosen_ports(NODE_PORT_FLAGS))],
+            env=cluster.env, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        cluster.processes.append(process)
+        wait_for(lambda: "Ray runtime started" in log.read_text() or process.poll() is not None, 120,
+                 f"ray node {label}", log)
+        if process.poll() is None:
+            return process
+        if attempt == 0 and STARTUP_TIMEOUT in log.read_text():
+            continue
+        break
+    raise RuntimeError(f"ray node {label} exited with {process.returncode}\n{log.read_text()[-3000:]}")
 
 
 @contextmanager
