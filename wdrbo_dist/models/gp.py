@@ -43,8 +43,10 @@ BASIS_CHUNK = 64  # candidates per block on the basis route (keeps the [c, n, r]
 # arrays cost about the same (benchmarks/screening_pass.py).
 COMPILED_TAIL_MIN_CONTEXTS = 256
 # `region_basis`: grid spacing in context lengthscales (at 1/8 the projections of fresh contexts
-# are exact to ~1e-13: the rank saturates), the largest grid, and the projection residual above
-# which a context set is not in the basis's span (`ucb_in_region` then declines).
+# are exact to ~1e-13 where the box spans several lengthscales; a box under one lengthscale wide
+# gets too few points, and its contexts often fail the check: README, stop 39), the largest
+# grid, and the projection residual above which a context set is not in the basis's span
+# (`ucb_in_region` and the compiled kernels then take V = I).
 REGION_SPACING = 0.125
 REGION_GRID_MAX = 4096
 REGION_RESIDUAL_MAX = 1e-11
@@ -263,7 +265,8 @@ class GaussianProcess:
         the basis route is off or the box needs a grid above REGION_GRID_MAX points.
 
         It is the numerical basis of kc on a grid of spacing REGION_SPACING lengthscales: a
-        smooth kernel's vectors between grid points lie in the grid's span (to ~1e-13), and
+        smooth kernel's vectors between grid points lie in the grid's span (to ~1e-13 where the
+        grid has many points per axis; not in boxes under a lengthscale wide), and
         `ucb_in_region` checks that every context set it is given does. It keeps numpy's rank
         whatever `basis_tolerance` says: that check (REGION_RESIDUAL_MAX) would refuse a cut
         basis's projections."""

@@ -1,0 +1,203 @@
+"""How near the arithmetic's floor a run is: the multiply-adds of its posterior kernels, counted
+from their shapes, against the time they take and against one core's matrix-product rate.
+
+Issue 15 asks, where a speed target is out of reach, for what bounds it, measured. After the
+compiled routes almost all of a run is the posterior at (candidate, context) pairs: the compiled
+pair and mean-UCB kernels of the Adam steps and the screening pass's pair products. Each call
+of those functions is timed here and its multiply-adds counted from the shapes it is given
+(`*_work` below: the products and the per-pair loops, not the exponentials), then set against
+numpy's matrix product on one core at its best (the faster of a large square product and the
+kernels' typical shape, a [512, 60] x [60, 600] product: on this VM the square one is often the
+slower). "floor" is the run's time with the counted
+kernels at the best rate and everything else as measured: no implementation of the same
+arithmetic runs below it. The records are the same as without the wrappers.
+
+    .venv/bin/python benchmarks/kernel_work.py                               # every algorithm, Ackley
+    .venv/bin/python benchmarks/kernel_work.py --problem portfolio-uniform --algorithms erbo stableopt
+
+Columns: run (s, the run's steps), counted (s in the counted kernels, and their share of the
+run), GMAC (10^9 multiply-adds counted), rate (GMAC/s they ran at), floor (s), floor/ERBO's floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+from wdrbo_dist.threads import default_thread_environment
+
+default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus=1
+
+import numpy as np  # noqa: E402
+
+from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from wdrbo_dist.models import compiled_ucb, gp  # noqa: E402
+from wdrbo_dist.problems import problem_names  # noqa: E402
+from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
+
+
+def forms_work(b: int, n: int, r: int, identity: bool) -> int:
+    """`_candidate_forms`: S_b and B_b (elementwise for V = I)."""
+    return 2 * b * n * n if identity else b * n * r + b * r * n * n + b * n * r * r
+
+
+def _rank(n: int, basis: np.ndarray, identity: bool) -> int:
+    return n if identity else basis.shape[1]
+
+
+def pair_values_work(x, train, lengthscale, inverse, alpha, mean_constant, beta, basis, identity,  # type: ignore[no-untyped-def]
+                     coefficients, vectors) -> int:
+    b, (n_contexts, n) = x.shape[0], vectors.shape
+    r = _rank(n, basis, identity)
+    return forms_work(b, n, r, identity) + b * n * n_contexts + n_contexts * b * r * r + n_contexts * b * r
+
+
+def pair_gradient_work(x, train, lengthscale, alpha, beta, basis, identity, coefficients, vectors,  # type: ignore[no-untyped-def]
+                       kx, solved, inverse_sigma, weights) -> int:
+    b, (n_contexts, n) = x.shape[0], vectors.shape
+    r = _rank(n, basis, identity)
+    return b * n_contexts * n + n_contexts * b * r * (r + 1) + (0 if identity else n * r * b * r) + b * n * r
+
+
+def acquisition_terms_work(x, train, lengthscale, inverse, alpha, mean_constant, beta, basis, identity,  # type: ignore[no-untyped-def]
+                           centre_coefficients, centre_weights, centre_mean, points, coefficients, derivatives) -> int:
+    (b, dim_x), n = x.shape, train.shape[0]
+    dim_c = train.shape[1] - dim_x
+    r = _rank(n, basis, identity)
+    n_centre, m_points = centre_coefficients.shape[0], points.shape[0]
+    work = forms_work(b, n, r, identity) + 2 * n_centre * b * r * (r + 1) + (0 if identity else n * r * b * r)
+    work += b * n * r + 2 * b * n
+    if m_points:  # L(x): the norms at every point, then the gradient at each maximiser
+        work += b * n * dim_c * m_points + m_points * b * r * r + m_points * b * r * (1 + dim_c)
+        work += n * n * b * (1 + dim_x) + b * n * dim_c * (3 + dim_x)
+    return work
+
+
+def fresh_vectors_work(contexts, train, lengthscale, region, residual_max, polynomial_exp) -> int:  # type: ignore[no-untyped-def]
+    n_contexts, n = contexts.shape[0], train.shape[0]
+    return n_contexts * n * contexts.shape[1] + 2 * n_contexts * n * region.shape[1]
+
+
+def fresh_pair_values_work(x, contexts, train, lengthscale, inverse, alpha, mean_constant, beta,  # type: ignore[no-untyped-def]
+                           region, residual_max, polynomial_exp) -> int:
+    """Assumes the projection holds where a region is given (else V = I: more work, undercounted)."""
+    b, n_contexts, n = x.shape[0], contexts.shape[0], train.shape[0]
+    identity = region.shape[1] == 0
+    r = _rank(n, region, identity)
+    return (fresh_vectors_work(contexts, train, lengthscale, region, residual_max, polynomial_exp)
+            + forms_work(b, n, r, identity) + b * n * n_contexts + n_contexts * b * r * (r + 1))
+
+
+def features_work(self, x, features, beta, detach_gradient=False) -> int:  # type: ignore[no-untyped-def]
+    """`ucb_from_features`: the pair products with the features (and the basis forms)."""
+    c, n = x.shape[0], self.n
+    pairs, columns = features.quad.shape
+    work = c * pairs * columns + c * n * columns
+    if features.basis is not None:
+        r = features.basis.shape[1]
+        work += c * (n * r + n * n * r + n * r * r)
+    return work
+
+
+class Tally:
+    """Seconds and multiply-adds of the counted kernels."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.work = 0
+        self.by_function: dict[str, list[float]] = {}  # name: [seconds, multiply-adds]
+        self.depth = 0  # a counted kernel called from a counted kernel counts once
+
+    def counted(self, function: Callable, work: Callable) -> Callable:
+        def wrapper(*args, **kwargs):
+            outer = self.depth == 0
+            self.depth += 1
+            start = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.depth -= 1
+                if outer:
+                    elapsed, done = time.perf_counter() - start, work(*args, **kwargs)
+                    self.seconds += elapsed
+                    self.work += done
+                    entry = self.by_function.setdefault(function.__name__, [0.0, 0])
+                    entry[0] += elapsed
+                    entry[1] += done
+        return wrapper
+
+
+# (module, name, work): the functions whose calls are counted
+COUNTED = (
+    (compiled_ucb, "_pair_values", pair_values_work),
+    (compiled_ucb, "_pair_gradient", pair_gradient_work),
+    (compiled_ucb, "_acquisition_terms", acquisition_terms_work),
+    (compiled_ucb, "_fresh_pair_values", fresh_pair_values_work),
+    (compiled_ucb, "_fresh_vectors", fresh_vectors_work),
+    (gp.GaussianProcess, "ucb_from_features", features_work),
+)
+
+
+def measure(spec: RunSpec) -> tuple[float, Tally]:
+    """(the run's step seconds, its tally)."""
+    tally = Tally()
+    saved = [getattr(owner, name) for owner, name, _ in COUNTED]
+    for (owner, name, work), function in zip(COUNTED, saved):
+        setattr(owner, name, tally.counted(function, work))
+    try:
+        result = run_one(spec, capture_errors=False)
+    finally:
+        for (owner, name, _), function in zip(COUNTED, saved):
+            setattr(owner, name, function)
+    steps = result.records[~result.records["is_initial"]]
+    return float(steps["time_step_s"].sum()), tally
+
+
+def product_rate(m: int, k: int, n: int, seconds: float = 0.5) -> float:
+    """GMAC/s of numpy's [m, k] x [k, n] product on this thread (best of repeated timings)."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    best, deadline = float("inf"), time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return m * k * n / best / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
+    parser.add_argument("--problem", default="ackley", choices=problem_names())
+    parser.add_argument("--evaluations", type=int, default=100)
+    parser.add_argument("--seed", type=int, default=100)
+    parser.add_argument("--detail", action="store_true", help="each counted function's seconds, GMAC and rate")
+    args = parser.parse_args()
+
+    typical = product_rate(512, 60, 600, seconds=1.0)
+    best = max(product_rate(1024, 1024, 1024, seconds=1.0), typical)
+    print(f"{args.problem}, seed {args.seed}, {args.evaluations} evaluations, paper profile, 1 thread; numpy's product: "
+          f"best {best:.1f} GMAC/s, {typical:.1f} at [512, 60] x [60, 600]")
+    print(f"{'algorithm':<18}{'run s':>8}{'counted s':>11}{'share':>7}{'GMAC':>8}{'rate':>7}{'floor s':>9}{'floor/ERBO':>12}")
+    floors: dict[str, float] = {}
+    # ERBO first: the last column is relative to its floor
+    for name in sorted(args.algorithms, key=lambda name: name != "erbo"):
+        # A short run first: imports and first-call compilation, paid once per worker process.
+        run_one(RunSpec.make(algorithm=name, problem=args.problem, seed=args.seed, evaluations=4, init_size=2),
+                capture_errors=False)
+        run_s, tally = measure(RunSpec.make(algorithm=name, problem=args.problem, seed=args.seed,
+                                            evaluations=args.evaluations))
+        gmac = tally.work / 1e9
+        floors[name] = run_s - tally.seconds + gmac / best
+        relative = f"{floors[name] / floors['erbo']:.2f}" if "erbo" in floors else "-"
+        rate = f"{gmac / tally.seconds:.1f}" if tally.seconds else "-"
+        print(f"{name:<18}{run_s:>8.2f}{tally.seconds:>11.2f}{tally.seconds / run_s:>7.0%}{gmac:>8.2f}"
+              f"{rate:>7}{floors[name]:>9.2f}{relative:>12}", flush=True)
+        if args.detail:
+            for function, (seconds, work) in sorted(tally.by_function.items(), key=lambda item: -item[1][0]):
+                print(f"    {function:<24}{seconds:>8.2f} s{work / 1e9:>8.2f} GMAC{work / 1e9 / seconds:>7.1f} GMAC/s")
+
+
+if __name__ == "__main__":
+    main()
