@@ -11,6 +11,10 @@ rows * eps (`0`, the records of 0.17.0 and the reference profile's), or sigma_1 
 paper profile's since 0.18.0), which matters on two context dimensions (Branin, the
 portfolios), where numpy's cut keeps 50-80 of 99 vectors (the kernels take V = I above ~75).
 
+`--compare forms`: how a torch call on the basis route forms its candidates' B_b (option
+`basis_forms`): one small product per candidate (`batched`, torch's bmm) or one product with
+V^T for all of them (`one_product`); the same values to ~1e-15, the screening pass faster.
+
 Either is enough for one seed's trajectories to part after a few BO steps, so the routes are
 compared over seeds, paired (`paired_variants.py`). `--accuracy` prints instead how far each
 rank cut's posterior variances are from a direct solve (`GaussianProcess.posterior`), beside
@@ -34,6 +38,7 @@ ACCURACY_TOLERANCES = (0.0, 1e-12, 1e-11, 1e-10)
 COMPARISONS: dict[str, dict[str, dict[str, object]]] = {
     "route": {"pairs": {"context_basis": False}, "basis": {"context_basis": True}},
     "tolerance": {"numpy": {"basis_tolerance": 0.0}, "1e-11": {"basis_tolerance": 1e-11}},
+    "forms": {"batched": {"basis_forms": "batched"}, "one_product": {"basis_forms": "one_product"}},
 }
 
 

@@ -102,7 +102,7 @@ def test_short_full_run_of_each_core_algorithm_on_each_problem(algorithm: str, p
         ({"evaluations": 5}, "evaluations: must be an integer > init_size (5)"),
         ({"init_size": 0}, "init_size: must be an integer >= 1"),
         ({"device": "cuda:7"}, "device: 'cuda:7' is not available here; allowed: cpu"),
-        ({"options": (("nope", 1),)}, "unknown option 'nope' for algorithm 'erbo'; allowed: adam_pass, adam_projected, basis_tolerance, batch_limit, beta"),
+        ({"options": (("nope", 1),)}, "unknown option 'nope' for algorithm 'erbo'; allowed: adam_pass, adam_projected, basis_forms, basis_tolerance, batch_limit, beta"),
         ({"options": (("beta", "high"),)}, "option 'beta' of algorithm 'erbo' must be a finite number, got str 'high'"),
     ],
 )

@@ -215,6 +215,42 @@ def test_the_basis_route_gives_the_direct_values_and_gradients(dim_c: int, detac
         assert basis_model.context_features(contexts).basis.shape[1] < 40
 
 
+@pytest.mark.parametrize("gradient", [False, True])
+def test_the_forms_in_one_product_are_the_batched_forms_to_rounding(gradient: bool) -> None:
+    """Option `basis_forms: one_product`: every candidate's B_b from one product with V^T gives
+    the batched products' forms and the UCB at every pair to ~1e-15 and its x-gradient to ~1e-13
+    relative (not the same bits: a fidelity switch); the batched route keeps its bits."""
+    x, y = _data(80, 3, seed=21)
+    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    batched = _on_basis(pairs_model)
+    one_product = GaussianProcess(pairs_model.train_x, pairs_model.train_y, pairs_model.lengthscale,
+                                  pairs_model.noise, pairs_model.mean_constant, context_basis=True,
+                                  forms_in_one_product=True)
+    g = torch.Generator().manual_seed(22)
+    contexts = torch.rand(300, 1, generator=g, dtype=torch.float64)
+    cand = torch.rand(150, 2, generator=g, dtype=torch.float64)  # more than one chunk
+    features = batched.context_features(contexts)
+    assert features.basis is not None
+    k_x = rbf(cand, x[:, :2], batched.lengthscale[:2])
+    forms = batched._basis_forms(k_x, features.basis)
+    assert not torch.equal(forms, one_product._basis_forms(k_x, features.basis))
+    assert torch.allclose(forms, one_product._basis_forms(k_x, features.basis), rtol=0, atol=1e-13)
+    (c, n), r = k_x.shape, features.basis.shape[1]
+    weighted = k_x.unsqueeze(-1) * features.basis  # 0.18.0's expression: the batched route's bits
+    solved = (batched._k_inv @ weighted.transpose(0, 1).reshape(n, c * r)).reshape(n, c, r).transpose(0, 1)
+    assert torch.equal(forms, weighted.transpose(1, 2) @ solved)
+    values = {}
+    for model in (batched, one_product):
+        c = cand.clone().requires_grad_(gradient)
+        with torch.set_grad_enabled(gradient):
+            ucb, _ = model.ucb_from_features(c, features, 1.5)
+        values[model.forms_in_one_product] = (ucb.detach(), torch.autograd.grad(ucb.sum(), c)[0] if gradient else None)
+    assert torch.allclose(values[True][0], values[False][0], rtol=0, atol=1e-13)
+    if gradient:
+        scale = float(values[False][1].abs().max())  # sums over 300 contexts: ~1e3
+        assert torch.allclose(values[True][1], values[False][1], rtol=0, atol=1e-12 * scale)
+
+
 def test_numerical_basis_spans_the_vectors_and_keeps_nothing_of_zero_vectors() -> None:
     g = torch.Generator().manual_seed(15)
     vectors = torch.rand(50, 4, generator=g, dtype=torch.float64) @ torch.rand(4, 30, generator=g, dtype=torch.float64)
