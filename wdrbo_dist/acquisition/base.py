@@ -92,11 +92,12 @@ COMMON_OPTIONS: dict[str, Option] = {
     "basis_tolerance": Option(1e-11, 0.0),
     # On that basis route, the candidates' forms B_b = (kx_b * V)^T K^{-1} (kx_b * V) of a torch
     # call (the screening pass's 512 candidates): `batched`, one small [r, n] x [n, r] product
-    # per candidate (torch's bmm, ~3 GMAC/s here: half the screening pass), or `one_product`,
-    # V^T (kx_b * K^{-1} (kx_b * V)) for every candidate in one [r, n] x [n, c r] product (the same
-    # values to rounding, ~1e-15; the screening call about 30 % faster).
+    # per candidate (torch's bmm, ~3 GMAC/s here: half the screening pass; the reference
+    # profile's, the records of 0.18.0), or `one_product`, V^T (kx_b * K^{-1} (kx_b * V)) for
+    # every candidate in one [r, n] x [n, c r] product (the paper profile's since 0.19.0: the
+    # same values to rounding, ~1e-15; a screening call about 30 % faster).
     # benchmarks/context_basis.py --compare forms runs both over seeds.
-    "basis_forms": Option("batched", "batched", choices=("one_product", "batched")),
+    "basis_forms": Option("one_product", "batched", choices=("one_product", "batched")),
     # Where the basis route is not taken (two context dimensions, or early steps), a call with a
     # few candidates (Adam's restarts) computes the variance at every pair as a quadratic form
     # [n, n] per candidate with a closed-form gradient (models/gp.py, `quadratic_forms`), not
