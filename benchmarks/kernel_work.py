@@ -31,9 +31,8 @@ default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus
 
 import numpy as np  # noqa: E402
 
-from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from profile_run import add_run_arguments  # noqa: E402
 from wdrbo_dist.models import compiled_ucb, gp  # noqa: E402
-from wdrbo_dist.problems import problem_names  # noqa: E402
 from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
 
 
@@ -168,10 +167,7 @@ def product_rate(m: int, k: int, n: int, seconds: float = 0.5) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
-    parser.add_argument("--problem", default="ackley", choices=problem_names())
-    parser.add_argument("--evaluations", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=100)
+    add_run_arguments(parser)
     parser.add_argument("--detail", action="store_true", help="each counted function's seconds, GMAC and rate")
     args = parser.parse_args()
 

@@ -113,12 +113,17 @@ def profile(spec: RunSpec) -> tuple[dict[str, float], float, float]:
     return per_step, float(steps["adam_steps"].sum()) / n, share
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """The runs a per-run benchmark measures: --algorithms (all), --problem, --evaluations, --seed."""
     parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
     parser.add_argument("--problem", default="ackley", choices=problem_names())
     parser.add_argument("--evaluations", type=int, default=100)
     parser.add_argument("--seed", type=int, default=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(parser)
     parser.add_argument("--fidelity", default="paper", choices=["paper", "reference"])
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="for every algorithm that declares KEY")
