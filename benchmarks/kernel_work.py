@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from wdrbo_dist.threads import default_thread_environment
 
@@ -31,7 +32,7 @@ default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus
 
 import numpy as np  # noqa: E402
 
-from profile_run import add_run_arguments  # noqa: E402
+from profile_run import add_run_arguments, checked_specs  # noqa: E402
 from wdrbo_dist.models import compiled_ucb, gp  # noqa: E402
 from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
 
@@ -170,6 +171,7 @@ def main() -> None:
     add_run_arguments(parser)
     parser.add_argument("--detail", action="store_true", help="each counted function's seconds, GMAC and rate")
     args = parser.parse_args()
+    specs = checked_specs(args)
 
     typical = product_rate(512, 60, 600, seconds=1.0)
     best = max(product_rate(1024, 1024, 1024, seconds=1.0), typical)
@@ -178,12 +180,10 @@ def main() -> None:
     print(f"{'algorithm':<18}{'run s':>8}{'counted s':>11}{'share':>7}{'GMAC':>8}{'rate':>7}{'floor s':>9}{'floor/ERBO':>12}")
     floors: dict[str, float] = {}
     # ERBO first: the last column is relative to its floor
-    for name in sorted(args.algorithms, key=lambda name: name != "erbo"):
+    for name in sorted(specs, key=lambda name: name != "erbo"):
         # A short run first: imports and first-call compilation, paid once per worker process.
-        run_one(RunSpec.make(algorithm=name, problem=args.problem, seed=args.seed, evaluations=4, init_size=2),
-                capture_errors=False)
-        run_s, tally = measure(RunSpec.make(algorithm=name, problem=args.problem, seed=args.seed,
-                                            evaluations=args.evaluations))
+        run_one(replace(specs[name], evaluations=4, init_size=2), capture_errors=False)
+        run_s, tally = measure(specs[name])
         gmac = tally.work / 1e9
         floors[name] = run_s - tally.seconds + gmac / best
         relative = f"{floors[name] / floors['erbo']:.2f}" if "erbo" in floors else "-"

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections import defaultdict
+from dataclasses import replace
 from collections.abc import Callable
 
 from wdrbo_dist.threads import default_thread_environment
@@ -37,6 +38,7 @@ from wdrbo_dist.allocator import keep_freed_memory  # noqa: E402
 
 keep_freed_memory()  # as every worker does (backends/task.py, `execute`)
 
+from paired_variants import check_spec  # noqa: E402
 from wdrbo_dist.acquisition import optimize  # noqa: E402
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
@@ -121,6 +123,19 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=100)
 
 
+def checked_specs(args: argparse.Namespace, options: dict | None = None) -> dict[str, RunSpec]:
+    """Each algorithm's run of `add_run_arguments`' fields (and `options`, for the algorithms
+    that declare them), all checked before any runs: a bad field is one line and exit 2."""
+    specs = {}
+    for name in args.algorithms:
+        declared = ALGORITHMS[name].declared_options()
+        given = {key: value for key, value in (options or {}).items() if key in declared}
+        specs[name] = RunSpec.make(algorithm=name, problem=args.problem, seed=args.seed, evaluations=args.evaluations,
+                                   fidelity=getattr(args, "fidelity", "paper"), options=given)
+        check_spec(specs[name])
+    return specs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser)
@@ -133,15 +148,11 @@ def main() -> None:
     print(f"ms per BO step, {args.problem}, seed {args.seed}, {args.evaluations} evaluations, {args.fidelity}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} thread" + "".join(f", {o}" for o in args.option))
     print(f"{'algorithm':<18}" + "".join(f"{p:>10}" for p in PHASES) + f"{'adam/step':>11}{'acq share':>11}")
-    for name in args.algorithms:
-        declared = ALGORITHMS[name].declared_options()
-        given = {key: value for key, value in options.items() if key in declared}
+    specs = checked_specs(args, options)
+    for name, spec in specs.items():
         # A short run first: the first BO step of a process imports and compiles (seconds), which
         # a study's workers pay once per process, not per run.
-        run_one(RunSpec.make(algorithm=name, problem=args.problem, seed=args.seed, evaluations=4, init_size=2,
-                             fidelity=args.fidelity, options=given), capture_errors=False)
-        spec = RunSpec.make(algorithm=name, problem=args.problem, seed=args.seed, evaluations=args.evaluations,
-                            fidelity=args.fidelity, options=given)
+        run_one(replace(spec, evaluations=4, init_size=2), capture_errors=False)
         per_step, adam_steps, share = profile(spec)
         print(f"{name:<18}" + "".join(f"{per_step[p]:>10.1f}" for p in PHASES) + f"{adam_steps:>11.1f}{share:>10.0%}",
               flush=True)
