@@ -14,14 +14,19 @@ arithmetic runs below it. The records are the same as without the wrappers.
 
     .venv/bin/python benchmarks/kernel_work.py                               # every algorithm, Ackley
     .venv/bin/python benchmarks/kernel_work.py --problem portfolio-uniform --algorithms erbo stableopt
+    .venv/bin/python benchmarks/kernel_work.py --study     # every cell of the paper study, one seed (~17 min)
 
 Columns: run (s, the run's steps), counted (s in the counted kernels, and their share of the
 run), GMAC (10^9 multiply-adds counted), rate (GMAC/s they ran at), floor (s), floor/ERBO's floor.
+With `--study`, the last line is the whole study on 2 workers (every cell's seeds as long as the
+measured one, longest first, as `study_estimate.py` schedules them) as run and at the floor: the
+runs here go one at a time, so "as run" lacks the ~10 % two runs side by side cost each other.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -33,6 +38,8 @@ default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus
 import numpy as np  # noqa: E402
 
 from profile_run import add_run_arguments, checked_specs  # noqa: E402
+from study_estimate import ROOT, makespan  # noqa: E402
+from wdrbo_dist.config import ConfigError, load_study_config  # noqa: E402
 from wdrbo_dist.models import compiled_ucb, gp  # noqa: E402
 from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
 
@@ -166,33 +173,74 @@ def product_rate(m: int, k: int, n: int, seconds: float = 0.5) -> float:
     return m * k * n / best / 1e9
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_arguments(parser)
-    parser.add_argument("--detail", action="store_true", help="each counted function's seconds, GMAC and rate")
-    args = parser.parse_args()
-    specs = checked_specs(args)
-
-    typical = product_rate(512, 60, 600, seconds=1.0)
-    best = max(product_rate(1024, 1024, 1024, seconds=1.0), typical)
-    print(f"{args.problem}, seed {args.seed}, {args.evaluations} evaluations, paper profile, 1 thread; numpy's product: "
-          f"best {best:.1f} GMAC/s, {typical:.1f} at [512, 60] x [60, 600]")
-    print(f"{'algorithm':<18}{'run s':>8}{'counted s':>11}{'share':>7}{'GMAC':>8}{'rate':>7}{'floor s':>9}{'floor/ERBO':>12}")
-    floors: dict[str, float] = {}
-    # ERBO first: the last column is relative to its floor
+def report_runs(specs: dict[str, RunSpec], best: float, detail: bool) -> dict[str, tuple[float, float]]:
+    """Measure each run (ERBO first), print its row; {algorithm: (run s, floor s)}."""
+    measured: dict[str, tuple[float, float]] = {}
     for name in sorted(specs, key=lambda name: name != "erbo"):
         # A short run first: imports and first-call compilation, paid once per worker process.
         run_one(replace(specs[name], evaluations=4, init_size=2), capture_errors=False)
         run_s, tally = measure(specs[name])
         gmac = tally.work / 1e9
-        floors[name] = run_s - tally.seconds + gmac / best
-        relative = f"{floors[name] / floors['erbo']:.2f}" if "erbo" in floors else "-"
+        floor = run_s - tally.seconds + gmac / best
+        measured[name] = (run_s, floor)
+        relative = f"{floor / measured['erbo'][1]:.2f}" if "erbo" in measured else "-"
         rate = f"{gmac / tally.seconds:.1f}" if tally.seconds else "-"
         print(f"{name:<18}{run_s:>8.2f}{tally.seconds:>11.2f}{tally.seconds / run_s:>7.0%}{gmac:>8.2f}"
-              f"{rate:>7}{floors[name]:>9.2f}{relative:>12}", flush=True)
-        if args.detail:
+              f"{rate:>7}{floor:>9.2f}{relative:>12}", flush=True)
+        if detail:
             for function, (seconds, work) in sorted(tally.by_function.items(), key=lambda item: -item[1][0]):
                 print(f"    {function:<24}{seconds:>8.2f} s{work / 1e9:>8.2f} GMAC{work / 1e9 / seconds:>7.1f} GMAC/s")
+    return measured
+
+
+def study_cells(config: str) -> tuple[dict[str, dict[str, RunSpec]], int]:
+    """The first seed's run of every cell of a study file, by problem, and the study's seeds."""
+    try:
+        study = load_study_config(config)
+    except ConfigError as error:  # one line, exit 2, before any run
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    cells: dict[str, dict[str, RunSpec]] = {}
+    for spec in study.runs:
+        if spec.seed == study.seeds[0]:
+            cells.setdefault(spec.problem, {})[spec.algorithm] = spec
+    return cells, len(study.seeds)
+
+
+DEFAULT_STUDY = ROOT / "configs" / "paper_data_driven.yaml"
+HEADER = f"{'algorithm':<18}{'run s':>8}{'counted s':>11}{'share':>7}{'GMAC':>8}{'rate':>7}{'floor s':>9}{'floor/ERBO':>12}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(parser)
+    parser.add_argument("--detail", action="store_true", help="each counted function's seconds, GMAC and rate")
+    parser.add_argument("--study", nargs="?", const=str(DEFAULT_STUDY), metavar="CONFIG",
+                        help="one seed of every cell of a study file (default: the paper's data-driven study), "
+                             "then the whole study's time on 2 workers, as run and at the floor")
+    args = parser.parse_args()
+    if args.study:
+        cells, seeds = study_cells(args.study)
+    else:
+        cells, seeds = {args.problem: checked_specs(args)}, 0
+
+    typical = product_rate(512, 60, 600, seconds=1.0)
+    best = max(product_rate(1024, 1024, 1024, seconds=1.0), typical)
+    print(f"numpy's product on 1 thread: best {best:.1f} GMAC/s, {typical:.1f} at [512, 60] x [60, 600]")
+    runs, floors = [], []
+    for problem, specs in cells.items():
+        spec = next(iter(specs.values()))
+        print(f"\n{problem}, seed {spec.seed}, {spec.evaluations} evaluations, {spec.fidelity} profile, 1 thread")
+        print(HEADER)
+        for run_s, floor in report_runs(specs, best, args.detail).values():
+            runs.append(run_s)
+            floors.append(floor)
+    if args.study:
+        hours = {label: makespan([t for t in times for _ in range(seeds)], 2) / 3600
+                 for label, times in (("as run", runs), ("at the floor", floors))}
+        print(f"\nthe whole study ({len(runs)} cells x {seeds} seeds, one process, no run beside it), "
+              f"on 2 workers (longest first): {hours['as run']:.2f} h as run, {hours['at the floor']:.2f} h "
+              f"with the counted kernels at {best:.1f} GMAC/s (issue 15: the paper study in <= 1.5 h)")
 
 
 if __name__ == "__main__":

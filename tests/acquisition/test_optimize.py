@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -110,6 +112,22 @@ def test_adam_update_is_torchs_adam_to_the_bit() -> None:
         adam.step()
         update.step(grad)
         assert torch.equal(ours, theirs)
+
+
+def test_the_stopping_rules_window_mean_is_torchs_reduction_to_the_bit() -> None:
+    """The weighted mean of a window, summed in Python floats, is torch's float64 sum of the
+    weighted window on this machine, for losses of any sign and scale, zeros and non-finite ones."""
+    stop = MovingAverageStop(maxiter=10, n_window=10, rel_tol=1e-5)
+    assert stop.lanes in (4, 8), "the Python sum should reproduce torch's on x86 builds"
+    generator = torch.Generator().manual_seed(3)
+    for trial in range(3000):
+        window = torch.randn(10, dtype=torch.float64, generator=generator) * 10.0 ** (trial % 19 - 9)
+        if trial % 7 == 0:
+            window[int(trial) % 10] = (float("nan"), float("inf"), -float("inf"), 0.0, -0.0)[trial % 5]
+        expected = float((window * stop.weights).sum(dim=0))
+        got = stop._window_mean(window.tolist())
+        assert got == expected or (math.isnan(got) and math.isnan(expected)), (trial, got, expected)
+        assert math.copysign(1.0, got) == math.copysign(1.0, expected) or math.isnan(got)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0, 0.0])

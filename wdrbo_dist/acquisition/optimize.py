@@ -19,6 +19,7 @@ overhead (`benchmarks/profile_run.py`, column `adam rest`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -102,22 +103,67 @@ class AdamUpdate:
         self.parameter.addcdiv_(self.first_moment, denom, value=-(self.lr / bias_correction1))
 
 
+def _lanewise_sum(terms: list[float], lanes: int) -> float:
+    """torch's sum of a short contiguous float64 vector (`lanes` <= len < 4 `lanes`) on a CPU
+    whose vectors hold `lanes` doubles: the whole vectors summed lane by lane, the tail added
+    to zero, then each lane's sum in turn (ATen's `vectorized_inner_sum`; its `row_sum`
+    adds three more zero partials to each lane, which are kept for the sign of zero)."""
+    whole = len(terms) // lanes * lanes
+    partials = [0.0] * lanes
+    for start in range(0, whole, lanes):
+        for lane in range(lanes):
+            partials[lane] += terms[start + lane]
+    for lane in range(lanes):
+        partials[lane] = ((partials[lane] + 0.0) + 0.0) + 0.0
+    total = 0.0
+    for term in terms[whole:]:
+        total += term
+    for partial in partials:
+        total += partial
+    return total
+
+
+@functools.lru_cache(maxsize=8)
+def _window_lanes(weights: tuple[float, ...]) -> int | None:
+    """The lane count (4: AVX2, 8: AVX-512) whose `_lanewise_sum` of weighted windows equals
+    torch's reduction here, checked on windows of mixed signs and magnitudes; None where
+    neither does (another torch build or CPU): the stopping rule then keeps torch's sum."""
+    generator = torch.Generator().manual_seed(0)
+    size = len(weights)
+    windows = torch.randn(256, size, dtype=torch.float64, generator=generator)
+    windows *= 10.0 ** torch.randint(-6, 7, (256, 1), generator=generator).to(torch.float64)
+    windows[:8] = windows[:8].round()  # ties and exact zeros
+    tensor_weights = torch.tensor(weights, dtype=torch.float64)
+    for lanes in (4, 8):
+        if not lanes <= size < 4 * lanes:
+            continue
+        if all(_lanewise_sum([a * b for a, b in zip(row, weights)], lanes) == float((window * tensor_weights).sum(dim=0))
+               for row, window in zip(windows.tolist(), windows)):
+            return lanes
+    return None
+
+
 class MovingAverageStop:
     """BoTorch's `ExpMAStoppingCriterion` for a scalar loss being minimised: stop when the
     relative decrease of the exponentially weighted mean of the last `n_window` losses falls
     below `rel_tol`, or at `maxiter`. The weights are BoTorch's (float32, then float64) and
-    each window's mean is the same torch reduction; the previous window's mean is reused."""
+    each window's mean is the same torch reduction, in Python floats where `_window_lanes`
+    finds its order (a torch call per step is ~10x dearer); the previous window's mean is reused."""
 
     def __init__(self, maxiter: int, n_window: int, rel_tol: float, eta: float = 1.0) -> None:
         weights = torch.exp(torch.linspace(-eta, 0, n_window))
         self.weights = (weights / weights.sum()).to(torch.float64)
+        self.weight_list = self.weights.tolist()
+        self.lanes = _window_lanes(tuple(self.weight_list))
         self.maxiter, self.n_window, self.rel_tol = maxiter, n_window, rel_tol
         self.calls = 0
         self.losses: list[float] = []
         self.previous_mean: float | None = None
 
     def _window_mean(self, losses: list[float]) -> float:
-        return float((torch.tensor(losses, dtype=torch.float64) * self.weights).sum(dim=0))
+        if self.lanes is None:
+            return float((torch.tensor(losses, dtype=torch.float64) * self.weights).sum(dim=0))
+        return _lanewise_sum([loss * weight for loss, weight in zip(losses, self.weight_list)], self.lanes)
 
     def __call__(self, loss: float) -> bool:
         self.calls += 1
@@ -154,7 +200,7 @@ def adam_ascent(
     while True:
         if settings.project_parameter:
             with torch.no_grad():
-                x.copy_(torch.maximum(torch.minimum(x, upper), lower))
+                x.clamp_(lower, upper)  # min(max(x, lower), upper): exact, as max(min(x, upper), lower) for lower <= upper
             point = x
         else:
             point = torch.maximum(torch.minimum(x.detach(), upper), lower).requires_grad_(True)
