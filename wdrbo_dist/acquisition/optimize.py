@@ -200,7 +200,7 @@ def adam_ascent(
     while True:
         if settings.project_parameter:
             with torch.no_grad():
-                x.clamp_(lower, upper)  # min(max(x, lower), upper): exact, as max(min(x, upper), lower) for lower <= upper
+                x.clamp_(lower, upper)  # = max(min(x, upper), lower) to the bit (signed zeros too) for lower <= upper
             point = x
         else:
             point = torch.maximum(torch.minimum(x.detach(), upper), lower).requires_grad_(True)
