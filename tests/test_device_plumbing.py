@@ -24,6 +24,10 @@ ON_PURPOSE = {
     ("run.py", "evaluate"): "the observation and its expected value go to the records",
     ("acquisition/optimize.py", "boltzmann_starts"):
         "start points are drawn with the algorithm stream's CPU generator: the same starts on every device",
+    ("acquisition/optimize.py", "_window_weights"):
+        "the stopping rule's weights are built on the CPU (BoTorch's) and kept as Python floats: no device tensor",
+    ("acquisition/optimize.py", "_window_lanes"):
+        "the one-time check of the stopping rule's summation order runs on CPU test windows",
     ("models/gp.py", "fit_gp"): "the GP's hyperparameters are fitted by SciPy's L-BFGS-B on the host",
     ("models/gp.py", "_cpu_views"):
         "WDRBO's closed-form L(x) gradient runs in NumPy on views of CPU tensors only (on a GPU, in torch)",

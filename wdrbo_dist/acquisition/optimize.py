@@ -123,6 +123,14 @@ def _lanewise_sum(terms: list[float], lanes: int) -> float:
     return total
 
 
+def _window_weights(n_window: int, eta: float) -> tuple[Tensor, tuple[float, ...]]:
+    """BoTorch's window weights (float32, normalised, then float64), on the CPU whatever the
+    run's device, and the same as Python floats."""
+    weights = torch.exp(torch.linspace(-eta, 0, n_window))
+    weights = (weights / weights.sum()).to(torch.float64)
+    return weights, tuple(weights.tolist())
+
+
 @functools.lru_cache(maxsize=8)
 def _window_lanes(weights: tuple[float, ...]) -> int | None:
     """The lane count (4: AVX2, 8: AVX-512) whose `_lanewise_sum` of weighted windows equals
@@ -151,10 +159,8 @@ class MovingAverageStop:
     finds its order (a torch call per step is ~10x dearer); the previous window's mean is reused."""
 
     def __init__(self, maxiter: int, n_window: int, rel_tol: float, eta: float = 1.0) -> None:
-        weights = torch.exp(torch.linspace(-eta, 0, n_window))
-        self.weights = (weights / weights.sum()).to(torch.float64)
-        self.weight_list = self.weights.tolist()
-        self.lanes = _window_lanes(tuple(self.weight_list))
+        self.weights, self.weight_list = _window_weights(n_window, eta)
+        self.lanes = _window_lanes(self.weight_list)
         self.maxiter, self.n_window, self.rel_tol = maxiter, n_window, rel_tol
         self.calls = 0
         self.losses: list[float] = []
