@@ -21,6 +21,8 @@ run), GMAC (10^9 multiply-adds counted), rate (GMAC/s they ran at), floor (s), f
 With `--study`, the last line is the whole study on 2 workers (every cell's seeds as long as the
 measured one, longest first, as `study_estimate.py` schedules them) as run and at the floor: the
 runs here go one at a time, so "as run" lacks the ~10 % two runs side by side cost each other.
+The study file says what runs, so the per-run arguments (--algorithms, --problem, --seed,
+--evaluations) are refused beside it.
 """
 
 from __future__ import annotations
@@ -220,6 +222,14 @@ def main() -> None:
                              "then the whole study's time on 2 workers, as run and at the floor")
     args = parser.parse_args()
     if args.study:
+        run_arguments = argparse.ArgumentParser()
+        add_run_arguments(run_arguments)
+        given = [f"--{name}" for name, default in vars(run_arguments.parse_args([])).items()
+                 if getattr(args, name) != default]
+        if given:  # they would be ignored: the study file says what is run
+            print(f"error: --study runs every cell of {args.study} as that file says; not with {', '.join(given)}",
+                  file=sys.stderr)
+            raise SystemExit(2)
         cells, seeds = study_cells(args.study)
     else:
         cells, seeds = {args.problem: checked_specs(args)}, 0

@@ -144,11 +144,11 @@ def main() -> None:
                         help="for every algorithm that declares KEY")
     args = parser.parse_args()
     options = dict(parse_option(o) for o in args.option)
+    specs = checked_specs(args, options)  # a bad field: one line, exit 2, before any output
 
     print(f"ms per BO step, {args.problem}, seed {args.seed}, {args.evaluations} evaluations, {args.fidelity}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} thread" + "".join(f", {o}" for o in args.option))
     print(f"{'algorithm':<18}" + "".join(f"{p:>10}" for p in PHASES) + f"{'adam/step':>11}{'acq share':>11}")
-    specs = checked_specs(args, options)
     for name, spec in specs.items():
         # A short run first: the first BO step of a process imports and compiles (seconds), which
         # a study's workers pay once per process, not per run.
