@@ -14,7 +14,8 @@ from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
 from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax
 from wdrbo_dist.acquisition.optimize import OptimizerSettings, adam_ascent
-from wdrbo_dist.acquisition.sbo_kde import SBOKDE
+from wdrbo_dist.acquisition.compiled import FixedContextUCB
+from wdrbo_dist.acquisition.sbo_kde import SBOKDE, SampleAverageUCB
 from wdrbo_dist.acquisition.stableopt import StableOpt
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
 from wdrbo_dist.models.compiled_ucb import CompiledPairs, CompiledUCB
@@ -121,6 +122,46 @@ def test_compiled_adam_pass_is_the_paper_default_and_falls_back_where_it_cannot_
     assert CompiledUCB.build(model, nodes, weights, points, 1.5) is not None
     assert CompiledUCB.build(model, nodes, weights, points.float(), 1.5) is None
     assert CompiledPairs.build(model, nodes.float(), 1.5) is None
+
+
+def _same_arguments(shared, own) -> None:
+    assert shared is not None and own is not None and shared.identity is own.identity
+    assert len(shared.arguments) == len(own.arguments)
+    for mine, theirs in zip(shared.arguments, own.arguments):
+        if isinstance(mine, (bool, float)):
+            assert mine == theirs
+        else:
+            assert mine.shape == theirs.shape and mine.tobytes() == theirs.tobytes()
+
+
+@pytest.mark.parametrize(("algorithm", "problem_name", "n"), [
+    (WDRBO, "ackley", 40), (WDRBO, "ackley", 15), (WDRBO, "modified-branin", 40), (ERBO, "ackley", 40),
+])
+def test_a_kernel_built_from_the_acquisitions_features_has_the_arguments_of_its_own_build(
+        algorithm, problem_name: str, n: int) -> None:
+    """The kernels reuse the context features' vectors and SVD (`ContextFeatures.span`, whether
+    or not torch's route took the basis) rather than compute them again: every argument is the
+    same to the bit as that of a kernel that builds them itself."""
+    _, (acq,) = _paper_acquisitions(problem_name, n, [{"adam_pass": "compiled"}], algorithm, context_basis=True)
+    points = acq.lipschitz_points if acq.radius > 0 else None
+    own = CompiledUCB.build(acq.model, acq.nodes, acq.weights, points, acq.beta,
+                            radius=acq.radius, detach_lipschitz=acq.detach_lipschitz)
+    _same_arguments(acq._compiled, own)
+
+
+@pytest.mark.parametrize("problem_name", ["ackley", "modified-branin"])
+def test_the_sample_kernels_built_from_their_features_have_the_arguments_of_their_own_build(problem_name: str) -> None:
+    """SBO-KDE's mean kernel and the pair kernel of fixed contexts (DRBO-KDE's samples, the MMD
+    grids), from features whose basis route was or was not taken."""
+    problem, state, model = _state_and_model(problem_name, n=40)
+    model.context_basis = True
+    contexts = torch.rand(512, problem.dim_c, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    weights = contexts.new_full((512,), 1.0 / 512)
+    sample_average = SampleAverageUCB(model, contexts, 1.5, compiled=True)
+    assert sample_average.features.span is not None
+    _same_arguments(sample_average._compiled, CompiledUCB.build(model, contexts, weights, None, 1.5))
+    fixed = FixedContextUCB(model, contexts, 1.5, compiled=True)
+    _same_arguments(fixed._compiled, CompiledPairs.build(model, contexts, 1.5))
 
 
 @pytest.mark.parametrize(("algorithm", "problem_name", "n", "identity"), [

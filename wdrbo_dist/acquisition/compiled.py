@@ -54,12 +54,14 @@ def compiled_value_and_gradient(compiled: "CompiledUCB | None", x: Tensor) -> tu
 
 def compiled_mean_ucb(model: GaussianProcess, nodes: Tensor, weights: Tensor, beta: float,
                       points: Tensor | None = None, radius: float = 0.0,
-                      detach_lipschitz: bool = False) -> "CompiledUCB | None":
+                      detach_lipschitz: bool = False, features: ContextFeatures | None = None) -> "CompiledUCB | None":
     """The kernel's acquisition for these contexts (None off the CPU or float64); numba is
-    imported here, where it is first used."""
+    imported here, where it is first used. `features`: the GP's context features of the same
+    nodes and points (their vectors and SVD are reused)."""
     from wdrbo_dist.models.compiled_ucb import CompiledUCB
 
-    return CompiledUCB.build(model, nodes, weights, points, beta, radius=radius, detach_lipschitz=detach_lipschitz)
+    return CompiledUCB.build(model, nodes, weights, points, beta, radius=radius, detach_lipschitz=detach_lipschitz,
+                             features=features)
 
 
 def compiled_pairs(model: GaussianProcess, contexts: Tensor, beta: float,

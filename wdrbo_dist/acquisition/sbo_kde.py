@@ -30,7 +30,7 @@ class SampleAverageUCB(Acquisition):
         self._compiled = None
         if compiled:
             weights = contexts.new_full((contexts.shape[0],), 1.0 / contexts.shape[0])
-            self._compiled = compiled_mean_ucb(model, contexts, weights, beta)
+            self._compiled = compiled_mean_ucb(model, contexts, weights, beta, features=self.features)
 
     def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
         return compiled_value_and_gradient(self._compiled, x)

@@ -55,9 +55,11 @@ class WassersteinUCB(Acquisition):
         self._compiled = None
         if compiled and (self._all_features is None or analytic_gradient):
             with_points = self._all_features is not None
+            # (ERBO's screening pass builds `_mean_features` in any case: built here, it is shared)
             self._compiled = compiled_mean_ucb(
                 model, nodes, weights, beta, lipschitz_points if with_points else None,
                 radius=radius if with_points else 0.0, detach_lipschitz=detach_lipschitz,
+                features=self._all_features if with_points else self._mean_features,
             )
 
     @functools.cached_property

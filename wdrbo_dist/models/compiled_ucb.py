@@ -54,21 +54,29 @@ class CompiledUCB:
 
     @classmethod
     def build(cls, model: GaussianProcess, nodes: Tensor, weights: Tensor, points: Tensor | None, beta: float,
-              radius: float = 0.0, detach_lipschitz: bool = False) -> "CompiledUCB | None":
+              radius: float = 0.0, detach_lipschitz: bool = False,
+              features: ContextFeatures | None = None) -> "CompiledUCB | None":
         """None off the CPU or float64. `points` None: no L term (ERBO). The basis is taken where
         it needs fewer multiply-adds per candidate (S_b, B_b, their products with the vectors'
-        coefficients) than V = I."""
+        coefficients) than V = I. `features`: the GP's context features of the same nodes and
+        points, whose vectors and numerical basis are the ones this would compute (the same
+        arithmetic on the same inputs), so they are not computed twice."""
         tensors = [model.train_x, nodes, weights] + ([] if points is None else [points])
         if any(t.device.type != "cpu" or t.dtype != torch.float64 for t in tensors):
             return None
         dim_c = nodes.shape[-1]
-        n = model.n
-        centre = rbf(nodes, model.train_x[:, -dim_c:], model.lengthscale[-dim_c:])  # [N, n]
+        n, n_nodes = model.n, nodes.shape[0]
         if points is None:
             points = nodes.new_empty(0, dim_c)
-        gradient_vectors = model.context_gradient_vectors(points)  # [1 + d_c, M, n]
-        rows = torch.cat([centre, gradient_vectors.reshape(-1, n)])
-        basis, _ = numerical_basis(rows, model.basis_tolerance)
+        if features is not None:
+            rows = features.mean.T  # [N + M + M d_c, n]: rbf's and context_gradient_vectors' bits, as below
+        else:
+            centre = rbf(nodes, model.train_x[:, -dim_c:], model.lengthscale[-dim_c:])  # [N, n]
+            rows = torch.cat([centre, model.context_gradient_vectors(points).reshape(-1, n)])
+        centre, gradient_vectors = rows[:n_nodes], rows[n_nodes:].view(1 + dim_c, points.shape[0], n)  # [1 + d_c, M, n]
+        basis = features.span if features is not None and features.span is not None else None
+        if basis is None:
+            basis, _ = numerical_basis(rows, model.basis_tolerance)
         identity = _identity_is_cheaper(n, basis.shape[1], centre.shape[0] + points.shape[0])
         if identity:
             basis = basis.new_empty(n, 0)
@@ -128,8 +136,8 @@ class CompiledPairs:
             vectors = features.mean.T.contiguous()  # [N, n]: rbf's bits, as below
         else:
             vectors = rbf(contexts, model.train_x[:, -dim_c:], model.lengthscale[-dim_c:])  # [N, n]
-        if shared and features.basis is not None:
-            basis = features.basis  # numerical_basis(vectors)'s V
+        if shared and features.span is not None:
+            basis = features.span  # numerical_basis(vectors)'s V
         else:
             basis, _ = numerical_basis(vectors, model.basis_tolerance)
         identity = _identity_is_cheaper(n, basis.shape[1], vectors.shape[0])

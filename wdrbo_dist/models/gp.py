@@ -96,6 +96,9 @@ class ContextFeatures:
     n_gradient: int
     dim_c: int
     basis: Tensor | None = None  # basis route: [n, r] orthonormal, spanning every context vector
+    # The vectors' own numerical basis (their SVD), whether or not the route above took it: the
+    # compiled kernels of the same contexts reuse it rather than take the same SVD again.
+    span: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -227,11 +230,12 @@ class GaussianProcess:
             m = gradient_contexts.shape[0]
             vectors.extend(self.context_gradient_vectors(gradient_contexts))  # kc_M, then dkc_M / dc_d
         mean = torch.cat(vectors, 0).T  # [n, N + M + M d_c]: every context-side vector
-        basis = None
+        basis = span = None
         if self.context_basis:
             found = numerical_basis(mean.T, self.basis_tolerance) if region is None else projected(mean.T, region)
             if found is not None:
                 candidate_basis, coefficients = found
+                span = candidate_basis if region is None else None
                 n, r, columns = self.n, candidate_basis.shape[1], mean.shape[1]
                 # multiply-adds per candidate: B_b and its pairs with the columns, against n's pairs
                 if n * n * r + n * r * r + r * (r + 1) // 2 * columns < n * (n + 1) // 2 * columns:
@@ -249,7 +253,7 @@ class GaussianProcess:
                 _triangle_products(dk, k_g, block)
                 _triangle_products(k_g, dk, block, accumulate=True)
         return ContextFeatures(
-            quad=quad.T, mean=mean, n_contexts=contexts.shape[0], n_gradient=m, dim_c=dim_c, basis=basis,
+            quad=quad.T, mean=mean, n_contexts=contexts.shape[0], n_gradient=m, dim_c=dim_c, basis=basis, span=span,
         )
 
     def context_gradient_vectors(self, contexts: Tensor) -> Tensor:
