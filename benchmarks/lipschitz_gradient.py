@@ -2,11 +2,11 @@
 `--compare pass` (the default): the acquisition and its x-gradient by torch's autograd, WDRBO's
 L(x) in the mean term's pass with the Jacobian in NumPy (option `adam_pass: torch`, the
 reference profile's; 0.9.0's records for WDRBO, 0.11.0's for ERBO and SBO-KDE, 0.12.0's for
-DRBO-KDE, the minimax and StableOpt, 0.15.0's for DRBO-MMD), or the compiled kernels (`compiled`,
-the paper profile's since 0.12.0 for ERBO, WDRBO and SBO-KDE, since 0.13.0 for DRBO-KDE, the
-minimax and StableOpt, since 0.16.0 for DRBO-MMD: the mean term and
-L(x) with closed-form x-gradients, or the UCB at every (candidate, context) pair with the
-x-gradient of any function of them). `--compare gradient`: WDRBO's
+DRBO-KDE, the minimax and StableOpt, 0.15.0's for DRBO-MMD, 0.19.0's for GP-UCB), or the compiled
+kernels (`compiled`, the paper profile's since 0.12.0 for ERBO, WDRBO and SBO-KDE, since 0.13.0
+for DRBO-KDE, the minimax and StableOpt, since 0.16.0 for DRBO-MMD, since 0.20.0 for GP-UCB: the
+mean term and L(x) with closed-form x-gradients, the UCB at every (candidate, context) pair with
+the x-gradient of any function of them, or GP-UCB's posterior UCB and its gradient). `--compare gradient`: WDRBO's
 x-gradient of L(x) in closed form (option `wdrbo_L_gradient: analytic`, since 0.7.0) or by
 autograd's double backward (0.6.0's records), both on torch's pass. `--compare sparse`: the
 minimax's compiled backward pass over every grid point (0.14.0's records) or over the points of
@@ -54,6 +54,7 @@ def step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 300) -> di
     `dim_c` context dimensions (1: the basis route of the compiled kernel at n >~ 20; 2: V = I)."""
     import torch
 
+    from wdrbo_dist.acquisition.ucb import UpperConfidenceBound
     from wdrbo_dist.acquisition.wdrbo import WassersteinUCB
     from wdrbo_dist.models.gp import GaussianProcess
 
@@ -76,7 +77,11 @@ def step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 300) -> di
                                           compiled=True),
     }
     x = torch.rand(10, 1, generator=generator, dtype=torch.float64).requires_grad_(True)
-    return _best_ms({label: (acquisition, x) for label, acquisition in acquisitions.items()}, repeats, calls, 20)
+    steps = {label: (acquisition, x) for label, acquisition in acquisitions.items()}
+    decisions = GaussianProcess(train[:, :1], model.train_y, model.lengthscale[:1], 1e-3, 0.1)  # GP-UCB's GP: x alone
+    for route in ("torch", "compiled"):
+        steps[f"gp-ucb, {route}"] = (UpperConfidenceBound(decisions, 1.5, compiled=route == "compiled"), x)
+    return _best_ms(steps, repeats, calls, 20)
 
 
 def _best_ms(steps: dict, repeats: int, calls: int, warm_up: int) -> dict[str, float]:
@@ -140,7 +145,7 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, problems=["ackley", "newsvendor"], seeds=10)
-    parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd",
+    parser.add_argument("--algorithms", nargs="+", choices=["erbo", "wdrbo", "gp-ucb", "sbo-kde", "drbo-kde", "drbo-mmd",
                                                             "drbo-mmd-minimax", "stableopt"], default=["erbo", "wdrbo"],
                         help="--compare pass and exp: whose routes (gradient: WDRBO's; sparse: the minimax's; "
                              "minimum: StableOpt's)")

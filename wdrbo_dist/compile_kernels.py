@@ -20,9 +20,9 @@ from wdrbo_dist.run import RunSpec, run_one
 # solver and the pair kernels over fixed contexts (DRBO-MMD's grid; DRBO-KDE's samples and the
 # minimax's grid call the same), the second compiled_ucb's mean-term kernel (ERBO's and WDRBO's
 # Adam steps), the third the values over fresh contexts (DRBO-KDE's minimum), the fourth the
-# minimum over fresh contexts with its gradient (StableOpt's Adam steps); every run compiles the
-# scrambled Sobol draw (acquisition/sobol_kernel.py).
-KERNEL_RUNS = (("drbo-mmd", 6), ("wdrbo", 6), ("drbo-kde", 6), ("stableopt", 6))
+# minimum over fresh contexts with its gradient (StableOpt's Adam steps), the fifth GP-UCB's
+# posterior kernel; every run compiles the scrambled Sobol draw (acquisition/sobol_kernel.py).
+KERNEL_RUNS = (("drbo-mmd", 6), ("wdrbo", 6), ("drbo-kde", 6), ("stableopt", 6), ("gp-ucb", 6))
 
 
 def compile_kernels() -> None:

@@ -17,6 +17,9 @@ from wdrbo_dist.acquisition.optimize import OptimizerSettings, adam_ascent
 from wdrbo_dist.acquisition.compiled import FixedContextUCB
 from wdrbo_dist.acquisition.sbo_kde import SBOKDE, SampleAverageUCB
 from wdrbo_dist.acquisition.stableopt import StableOpt
+from wdrbo_dist.acquisition.ucb import GPUCB
+from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.problems import make_problem
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
 from wdrbo_dist.models.compiled_ucb import CompiledPairs, CompiledUCB
 
@@ -110,8 +113,41 @@ def test_compiled_adam_pass_gradient_matches_finite_differences(algorithm, probl
     assert torch.allclose(grad, numeric, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.parametrize(("problem_name", "n"), [("ackley", 40), ("hartmann", 60), ("portfolio-uniform", 25)])
+def test_gp_ucbs_kernel_gives_torchs_posterior_ucb_and_autograds_gradient_to_rounding(problem_name: str, n: int) -> None:
+    """GP-UCB (a GP on x alone): the kernel's values and closed-form gradients against torch's
+    posterior (a triangular solve) and autograd, an Adam step's batch through the kernel and the
+    screening pass's through torch; the gradient against central differences."""
+    problem = make_problem(problem_name)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(n, problem.dim_x, generator=generator, dtype=torch.float64)
+    model, _ = fit_gp(x, problem.observe(x, generator).y, generator)
+    variants = [GPUCB(problem, "paper", {"adam_pass": route}).acquisition(model, None, generator) for route in ("compiled", "torch")]
+    compiled, torch_pass = variants
+    assert compiled._compiled is not None and torch_pass._compiled is None
+    candidates = torch.rand(10, problem.dim_x, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    xa, xb = candidates.clone().requires_grad_(True), candidates.clone().requires_grad_(True)
+    value_a, value_b = compiled(xa), torch_pass(xb)
+    (grad_a,), (grad_b,) = torch.autograd.grad(value_a.sum(), xa), torch.autograd.grad(value_b.sum(), xb)
+    assert torch.allclose(value_a.detach(), value_b.detach(), rtol=0, atol=1e-10)
+    assert torch.allclose(grad_a, grad_b, rtol=1e-8, atol=1e-8)
+    value, gradient = compiled.value_and_gradient(candidates)  # Adam's route: no autograd
+    assert torch.equal(value, value_a.detach()) and torch.equal(gradient, grad_a)
+    h = 1e-6
+    for k in range(problem.dim_x):
+        step = torch.zeros_like(candidates)
+        step[:, k] = h
+        with torch.no_grad():
+            numeric = (compiled(candidates + step) - compiled(candidates - step)) / (2 * h)
+        assert torch.allclose(gradient[:, k], numeric, rtol=1e-4, atol=1e-6)
+    many = torch.rand(40, problem.dim_x, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    with torch.no_grad():
+        assert compiled.value_and_gradient(many) is None
+        assert torch.equal(compiled(many), torch_pass(many))  # the screening pass keeps torch's posterior
+
+
 def test_compiled_adam_pass_is_the_paper_default_and_falls_back_where_it_cannot_serve() -> None:
-    for algorithm in (WDRBO, ERBO, SBOKDE, DRBOKDE, DRBOMMDMinimax, StableOpt):
+    for algorithm in (WDRBO, ERBO, GPUCB, SBOKDE, DRBOKDE, DRBOMMDMinimax, StableOpt):
         assert algorithm.resolve_options("paper", {})["adam_pass"] == "compiled"
         assert algorithm.resolve_options("reference", {})["adam_pass"] == "torch"
     # The autograd x-gradient of L(x) keeps torch's pass.

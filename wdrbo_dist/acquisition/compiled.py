@@ -13,17 +13,17 @@ from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.models.gp import ContextFeatures, GaussianProcess
 
 if TYPE_CHECKING:
-    from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs, CompiledPairs, CompiledUCB
+    from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs, CompiledPairs, CompiledPosteriorUCB, CompiledUCB
 
 # How an Adam step (a few candidates, CPU) gets the acquisition and its x-gradient: by torch's
 # autograd through the GP's routes, WDRBO's L(x) in the mean term's pass (`torch`, the
 # reference profile's: the records of 0.9.0 for WDRBO, of 0.11.0 for ERBO and SBO-KDE, of
-# 0.12.0 for DRBO-KDE and the minimax, of 0.15.0 for DRBO-MMD), or (`compiled`, the paper
-# profile's since 0.12.0, for DRBO-KDE and the minimax since 0.13.0, for DRBO-MMD since 0.16.0)
-# the mean term, L(x) and their closed-form x-gradients
-# in one numba kernel (`CompiledUCB`), or the UCB at every (candidate, context) pair with the
-# x-gradient of any function of them (`CompiledPairs`): the same values to rounding, an Adam
-# step 2-5x cheaper.
+# 0.12.0 for DRBO-KDE and the minimax, of 0.15.0 for DRBO-MMD, of 0.19.0 for GP-UCB), or
+# (`compiled`, the paper profile's since 0.12.0, for DRBO-KDE and the minimax since 0.13.0, for
+# DRBO-MMD since 0.16.0, for GP-UCB since 0.20.0) the mean term, L(x) and their closed-form
+# x-gradients in one numba kernel (`CompiledUCB`), the UCB at every (candidate, context) pair
+# with the x-gradient of any function of them (`CompiledPairs`), or GP-UCB's posterior UCB and
+# its gradient (`CompiledPosteriorUCB`): the same values to rounding, an Adam step 2-15x cheaper.
 # WDRBO's `compiled` needs wdrbo_L_gradient analytic. (0.10.0-0.11.0's paper route, L(x)
 # compiled beside torch's mean term, was replaced by it.)
 ADAM_PASS = Option("compiled", "torch", choices=("compiled", "torch"))
@@ -46,8 +46,9 @@ def compiled_route(compiled: Kernel | None, x: Tensor) -> Kernel | None:
     return compiled if compiled is not None and x.shape[0] <= COMPILED_MAX_BATCH else None
 
 
-def compiled_value_and_gradient(compiled: "CompiledUCB | None", x: Tensor) -> tuple[Tensor, Tensor] | None:
-    """`Acquisition.value_and_gradient` for the acquisitions with a mean-UCB kernel."""
+def compiled_value_and_gradient(compiled: "CompiledUCB | CompiledPosteriorUCB | None",
+                                x: Tensor) -> tuple[Tensor, Tensor] | None:
+    """`Acquisition.value_and_gradient` for the acquisitions with a mean-UCB or posterior-UCB kernel."""
     kernel = compiled_route(compiled, x)
     return None if kernel is None else kernel.value_and_gradient(x)
 
@@ -62,6 +63,13 @@ def compiled_mean_ucb(model: GaussianProcess, nodes: Tensor, weights: Tensor, be
 
     return CompiledUCB.build(model, nodes, weights, points, beta, radius=radius, detach_lipschitz=detach_lipschitz,
                              features=features)
+
+
+def compiled_posterior_ucb(model: GaussianProcess, beta: float) -> "CompiledPosteriorUCB | None":
+    """GP-UCB's kernel: mu(x) + beta sigma(x) on a GP over x alone (None off the CPU or float64)."""
+    from wdrbo_dist.models.compiled_ucb import CompiledPosteriorUCB
+
+    return CompiledPosteriorUCB.build(model, beta)
 
 
 def compiled_pairs(model: GaussianProcess, contexts: Tensor, beta: float,

@@ -161,6 +161,11 @@ class GaussianProcess:
         return self._k_inv
 
     @property
+    def cholesky_factor(self) -> Tensor:
+        """L, lower triangular, with L L^T = K (the noise on its diagonal)."""
+        return self._chol
+
+    @property
     def dim(self) -> int:
         return self.train_x.shape[-1]
 
