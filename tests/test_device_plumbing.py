@@ -40,6 +40,8 @@ ON_PURPOSE = {
     ("models/compiled_ucb.py", "forward"): "the compiled Adam step (adam_pass) runs on CPU tensors only",
     ("models/compiled_ucb.py", "value_and_gradient"): "the compiled Adam step (adam_pass) runs on CPU tensors only",
     ("models/compiled_ucb.py", "backward"): "the compiled pair kernel's backward pass runs on CPU tensors only",
+    ("models/compiled_ucb.py", "values"): "the compiled pair kernel's forward pass runs on CPU tensors only",
+    ("models/compiled_ucb.py", "gradient"): "the compiled pair kernel's backward pass runs on CPU tensors only",
     ("models/compiled_ucb.py", "__call__"): "the compiled minimum over fresh contexts runs on CPU tensors only",
     ("models/gp.py", "_ucb_without_gradient"):
         "the screening pass's compiled elementwise passes take CPU float64 tensors only (elsewhere, torch's)",

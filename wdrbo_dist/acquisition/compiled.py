@@ -101,6 +101,11 @@ class FixedContextUCB:
             return kernel(x)
         return self.model.ucb_from_features(x, self.features, self.beta)[0]
 
+    def kernel(self, x: Tensor) -> "CompiledPairs | None":
+        """The compiled pair kernel where it serves this call (its `values` and `gradient`
+        outside autograd), else None."""
+        return compiled_route(self._compiled, x)
+
 
 def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Tensor | None,
                          polynomial_exp: bool = False) -> "CompiledFreshPairs | None":

@@ -60,16 +60,37 @@ def tv_sorted_weights(size: int, eps: float, dtype: torch.dtype = torch.float64)
     return weights
 
 
-def tv_worst_case(u: Tensor, m: Tensor, eps: float) -> Tensor:
-    """Closed-form inner value [b] for UCB values u [b, N] and minimum estimates m [b]."""
+def tv_worst_case(u: Tensor, m: Tensor, eps: float, weights: Tensor | None = None) -> Tensor:
+    """Closed-form inner value [b] for UCB values u [b, N] and minimum estimates m [b];
+    `weights`: `tv_sorted_weights(N, eps)` on u's device, if the caller keeps them."""
+    if weights is None:
+        weights = tv_sorted_weights(u.shape[-1], eps, u.dtype).to(u.device)
+    return _tv_terms(u, m, weights)[0]
+
+
+def _tv_terms(u: Tensor, m: Tensor, weights: Tensor) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(the closed form's value [b], the top-k positions [b, k] and whether u_(k) - m(x) >= 0
+    there [b, k]: where the penalty's gradient passes; None, None without a penalty)."""
     size = u.shape[-1]
-    weights = tv_sorted_weights(size, eps, u.dtype).to(u.device)
     value = u.mean(dim=-1)
     if weights.numel() == 0:
-        return value
-    top = torch.topk(u, weights.numel(), dim=-1, sorted=True).values  # [b, k], descending
-    penalty = (weights * (top - m.unsqueeze(-1)).clamp_min(0.0)).sum(dim=-1) / size
-    return value - penalty
+        return value, None, None
+    top, positions = torch.topk(u, weights.numel(), dim=-1, sorted=True)  # [b, k], descending
+    excess = top - m.unsqueeze(-1)
+    penalty = (weights * excess.clamp_min(0.0)).sum(dim=-1) / size
+    return value - penalty, positions, excess >= 0.0
+
+
+def tv_worst_case_weights(u: Tensor, positions: Tensor | None, passes: Tensor | None, weights: Tensor) -> Tensor:
+    """d alpha / du [b, N] of the closed form (m(x) and the sorted-weight mask held fixed), as
+    torch's autograd forms it for an upstream gradient of 1: the mean's 1/N everywhere, plus
+    the penalty's -w_k/N at each candidate's k-th largest value where u_(k) >= m(x)."""
+    size = u.shape[-1]
+    gradient = torch.full_like(u, 1.0 / size)
+    if positions is not None:
+        penalty = torch.where(passes, (-1.0 / size) * weights, 0.0)  # [b, k]
+        gradient.scatter_add_(-1, positions, penalty)
+    return gradient
 
 
 @functools.lru_cache(maxsize=4)
@@ -134,6 +155,7 @@ class DRBOKDEAcquisition(Acquisition):
         self.generator = generator
         self.closed_form = closed_form
         self.detach_min = detach_min
+        self._sorted_weights: Tensor | None = None  # the closed form's, the same at every call of the step
 
     def minimum_points(self) -> Tensor:
         """A fresh scrambled Sobol set in the min box (one draw per acquisition call)."""
@@ -153,12 +175,31 @@ class DRBOKDEAcquisition(Acquisition):
         u = self.samples_ucb(x)
         m = self.minimum(x)
         if self.closed_form:
-            start = time.perf_counter()
-            value = tv_worst_case(u, m, self.radius)
-            self.telemetry.solves += x.shape[0]  # closed-form inner problems
-            self.telemetry.seconds += time.perf_counter() - start
-            return value
+            return self._closed_form(u, m)[0]
         return self._solved(u, m)
+
+    def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
+        """An Adam step of the closed form with m(x) detached, on the compiled pair kernel: the
+        value and x-gradient autograd gives through `forward`, to the bit (the same operations;
+        its backward pass, d alpha/du into the kernel's, written out by `tv_worst_case_weights`)."""
+        kernel = self.samples_ucb.kernel(x)
+        if kernel is None or not (self.closed_form and self.detach_min):
+            return None
+        with torch.no_grad():
+            u, kept = kernel.values(x)
+            m = self.minimum(x)
+            value, positions, passes = self._closed_form(u, m)
+            weights = tv_worst_case_weights(u, positions, passes, self._sorted_weights)
+        return value, kernel.gradient(kept, weights)
+
+    def _closed_form(self, u: Tensor, m: Tensor) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        start = time.perf_counter()
+        if self._sorted_weights is None:
+            self._sorted_weights = tv_sorted_weights(u.shape[-1], self.radius, u.dtype).to(u.device)
+        terms = _tv_terms(u, m, self._sorted_weights)
+        self.telemetry.solves += u.shape[0]  # closed-form inner problems
+        self.telemetry.seconds += time.perf_counter() - start
+        return terms
 
     def _solved(self, u: Tensor, m: Tensor) -> Tensor:
         """The reference's route: one LP per candidate, value recomputed with (a*, b*) frozen."""

@@ -153,6 +153,26 @@ class CompiledPairs:
     def __call__(self, x: Tensor) -> Tensor:
         return _CompiledPairValues.apply(x, self)
 
+    def values(self, x: Tensor) -> tuple[Tensor, tuple]:
+        """The UCB [b, N] without autograd, and what `gradient` needs of this pass."""
+        host_x = np.ascontiguousarray(x.detach().numpy())
+        values, inverse_sigma, kx, solved = _pair_values(host_x, *self.arguments)
+        return torch.from_numpy(values), (host_x, inverse_sigma, kx, solved)
+
+    def gradient(self, kept: tuple, weights: Tensor) -> Tensor:
+        """d(sum_bj weights_bj u_bj)/dx [b, d_x] at the pass `kept` (from `values`): the backward
+        pass for d(loss)/du = weights."""
+        host_x, inverse_sigma, kx, solved = kept
+        train, lengthscale, _, alpha, _, beta, basis, identity, coefficients, vectors = self.arguments
+        host_weights = np.ascontiguousarray(weights.detach().numpy())
+        used = np.flatnonzero(host_weights.any(axis=0)) if self.sparse_backward else None
+        if used is not None and used.size < host_weights.shape[1]:
+            coefficients, vectors = coefficients[used], vectors[used]
+            inverse_sigma, host_weights = (np.ascontiguousarray(inverse_sigma[:, used]),
+                                           np.ascontiguousarray(host_weights[:, used]))
+        return torch.from_numpy(_pair_gradient(host_x, train, lengthscale, alpha, beta, basis, identity,
+                                               coefficients, vectors, kx, solved, inverse_sigma, host_weights))
+
 
 class CompiledFreshPairs:
     """(x [b, d_x], contexts [N, d_c]) -> the UCB at every pair [b, N], without gradient, for
@@ -257,22 +277,13 @@ class _CompiledPairValues(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, pairs: CompiledPairs) -> Tensor:  # type: ignore[override]
-        host_x = np.ascontiguousarray(x.detach().numpy())
-        values, inverse_sigma, kx, solved = _pair_values(host_x, *pairs.arguments)
-        ctx.kept = (host_x, pairs, inverse_sigma, kx, solved)
-        return torch.from_numpy(values)
+        values, ctx.kept = pairs.values(x)
+        ctx.pairs = pairs
+        return values
 
     @staticmethod
     def backward(ctx, grad_values: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
-        host_x, pairs, inverse_sigma, kx, solved = ctx.kept
-        train, lengthscale, _, alpha, _, beta, basis, identity, coefficients, vectors = pairs.arguments
-        weights = np.ascontiguousarray(grad_values.detach().numpy())
-        used = np.flatnonzero(weights.any(axis=0)) if pairs.sparse_backward else None
-        if used is not None and used.size < weights.shape[1]:
-            coefficients, vectors = coefficients[used], vectors[used]
-            inverse_sigma, weights = np.ascontiguousarray(inverse_sigma[:, used]), np.ascontiguousarray(weights[:, used])
-        return torch.from_numpy(_pair_gradient(host_x, train, lengthscale, alpha, beta, basis, identity,
-                                               coefficients, vectors, kx, solved, inverse_sigma, weights)), None
+        return ctx.pairs.gradient(ctx.kept, grad_values), None
 
 
 class _CompiledFreshMinimum(torch.autograd.Function):
