@@ -37,11 +37,11 @@ ON_PURPOSE = {
     ("acquisition/drbo_mmd.py", "worst_case"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_kde.py", "_solved"): "DRBO-KDE's LP route (drbokde_closed_form: false) is solved on the CPU",
     ("models/compiled_ucb.py", "_host_arrays"): "the compiled Adam step (adam_pass) is built for CPU tensors only",
-    ("models/compiled_ucb.py", "forward"): "the compiled Adam step (adam_pass) runs on CPU tensors only",
     ("models/compiled_ucb.py", "value_and_gradient"): "the compiled Adam step (adam_pass) runs on CPU tensors only",
-    ("models/compiled_ucb.py", "backward"): "the compiled pair kernel's backward pass runs on CPU tensors only",
     ("models/compiled_ucb.py", "values"): "the compiled pair kernel's forward pass runs on CPU tensors only",
     ("models/compiled_ucb.py", "gradient"): "the compiled pair kernel's backward pass runs on CPU tensors only",
+    ("models/compiled_ucb.py", "minimum_values"): "the compiled minimum over fresh contexts runs on CPU tensors only",
+    ("models/compiled_ucb.py", "minimum_gradient"): "the compiled minimum's backward pass runs on CPU tensors only",
     ("models/compiled_ucb.py", "__call__"): "the compiled minimum over fresh contexts runs on CPU tensors only",
     ("models/gp.py", "_ucb_without_gradient"):
         "the screening pass's compiled elementwise passes take CPU float64 tensors only (elsewhere, torch's)",

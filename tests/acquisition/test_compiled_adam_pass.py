@@ -320,31 +320,40 @@ def test_adam_takes_the_kernels_gradient_without_autograd_and_gets_autograds_ste
     assert direct(starts.repeat(3, 1)) is None
 
 
-@pytest.mark.parametrize("problem_name", ["ackley", "modified-branin"])
-def test_drbo_kdes_adam_steps_skip_autograd_and_get_autograds_steps_to_the_bit(problem_name: str) -> None:
-    """DRBO-KDE's closed form with m(x) detached: `value_and_gradient` writes out autograd's
-    backward pass through the sorted-weight sum (the mean's 1/N, the penalty's -w_k/N where
-    u_(k) >= m(x)) into the pair kernel's; the same Adam steps to the bit, m(x)'s Sobol draws
-    included (the generator is reset before each ascent)."""
-    problem, (acq,) = _paper_acquisitions(problem_name, 40, [{"adam_pass": "compiled"}], DRBOKDE)
+@pytest.mark.parametrize(("algorithm", "problem_name"), [
+    (DRBOKDE, "ackley"), (DRBOKDE, "modified-branin"), (StableOpt, "ackley"), (StableOpt, "modified-branin"),
+])
+def test_adam_steps_with_fresh_draws_skip_autograd_and_get_autograds_steps_to_the_bit(algorithm, problem_name: str) -> None:
+    """DRBO-KDE's closed form with m(x) detached (autograd's backward pass through the
+    sorted-weight sum written out: the mean's 1/N, the penalty's -w_k/N where u_(k) >= m(x),
+    into the pair kernel's) and StableOpt's minimum over fresh contexts (the kernel's backward
+    pass with one weight per candidate): `value_and_gradient` gives the Adam steps of autograd
+    through `forward` to the bit, the Sobol draws of every call included (the generator is reset
+    before each ascent)."""
+    problem, (acq,) = _paper_acquisitions(problem_name, 40, [{"adam_pass": "compiled"}], algorithm)
     low, high = problem.decision_bounds
-    starts = low + (high - low) * torch.rand(5, problem.dim_x, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
-    with torch.no_grad():
-        acq.generator = torch.Generator().manual_seed(4)
-        u, m = acq.samples_ucb(starts), acq.minimum(starts)
-        _, _, passes = acq._closed_form(u, m)
-    assert passes.any() and acq._sorted_weights[-1] % 1.0 != 0.0  # the penalty's gradient, a fractional weight
-    settings = OptimizerSettings(num_restarts=5, raw_samples=5, batch_limit=5)
+    restarts = 5 if algorithm is DRBOKDE else 10
+    starts = low + (high - low) * torch.rand(restarts, problem.dim_x, generator=torch.Generator().manual_seed(3),
+                                             dtype=torch.float64)
+    if algorithm is DRBOKDE:
+        with torch.no_grad():
+            acq.generator = torch.Generator().manual_seed(4)
+            u, m = acq.samples_ucb(starts), acq.minimum(starts)
+            _, _, passes = acq._closed_form(u, m)
+        assert passes.any() and acq._sorted_weights[-1] % 1.0 != 0.0  # the penalty's gradient, a fractional weight
+    settings = OptimizerSettings(num_restarts=restarts, raw_samples=restarts, batch_limit=restarts)
     bounds = torch.stack([low, high]).to(torch.float64)
     taken = []
     direct = acq.value_and_gradient
     acq.value_and_gradient = lambda x: taken.append(x.shape[0]) or direct(x)
     acq.generator = torch.Generator().manual_seed(5)
     x, values, steps = adam_ascent(acq, starts, bounds, settings)
-    assert taken == [5] * steps and steps > 5
+    assert taken == [restarts] * steps and steps > 5
     acq.generator = torch.Generator().manual_seed(5)
     x_autograd, values_autograd, steps_autograd = adam_ascent(lambda x: acq(x), starts, bounds, settings)
     assert torch.equal(x, x_autograd) and torch.equal(values, values_autograd) and steps == steps_autograd
     assert direct(starts.repeat(4, 1)) is None  # the screening pass's batches keep torch's route
-    lp = DRBOKDE(problem, "paper", {"adam_pass": "compiled", "drbokde_min_detached": False})
-    assert lp.acquisition(acq.model, _state_and_model(problem_name, n=40)[1], torch.Generator()).value_and_gradient(starts) is None
+    # The routes that keep autograd: m(x) differentiated; StableOpt's torch posterior at the minimisers.
+    other = {"drbokde_min_detached": False} if algorithm is DRBOKDE else {"stable_compiled_gradient": False}
+    _, (kept,) = _paper_acquisitions(problem_name, 40, [{"adam_pass": "compiled"} | other], algorithm)
+    assert kept.value_and_gradient(starts) is None

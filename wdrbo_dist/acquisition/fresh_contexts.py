@@ -8,11 +8,16 @@ the box is known when the acquisition is built: on the GP's basis route (option
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from wdrbo_dist.acquisition.compiled import compiled_fresh_pairs, compiled_route
 from wdrbo_dist.models.gp import VARIANCE_FLOOR, GaussianProcess, rbf
+
+if TYPE_CHECKING:
+    from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs
 
 # Below this many candidates, `FreshContextUCB` forms the candidate-side quadratic forms
 # directly; above it the GP's shared context features pay for their construction.
@@ -54,6 +59,11 @@ class FreshContextUCB:
         does not serve: not `compiled`, or more than COMPILED_MAX_BATCH candidates)."""
         kernel = compiled_route(self._compiled, x)
         return None if kernel is None else kernel.minimum(x, contexts)
+
+    def kernel(self, x: Tensor) -> "CompiledFreshPairs | None":
+        """The compiled pair kernel where it serves this call (its `minimum_values` and
+        `minimum_gradient` outside autograd), else None."""
+        return compiled_route(self._compiled, x)
 
     def __call__(self, x: Tensor, contexts: Tensor) -> Tensor:
         """UCB [b, N] at all pairs (x_i, c_j)."""

@@ -60,6 +60,16 @@ class MinimumUCB(Acquisition):
         v = scrambled_sobol(self.points, self.box.shape[-1], self.generator).to(self.box)
         return self.box[0] + (self.box[1] - self.box[0]) * v
 
+    def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
+        """An Adam step on the compiled pair kernel (`compiled_gradient`): the minimum and its
+        x-gradient without autograd, which `forward`'s autograd gives to the bit (its backward
+        pass is the kernel's with one weight per candidate, here 1 rather than autograd's -1)."""
+        kernel = self.ucb.kernel(x) if self.compiled_gradient else None
+        if kernel is None:
+            return None
+        values, kept = kernel.minimum_values(x, self.contexts())
+        return values, kernel.minimum_gradient(kept, torch.ones_like(values))
+
     def forward(self, x: Tensor) -> Tensor:
         contexts = self.contexts()
         if self.compiled_gradient and x.requires_grad and torch.is_grad_enabled():

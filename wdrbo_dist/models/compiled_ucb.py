@@ -208,6 +208,30 @@ class CompiledFreshPairs:
         arithmetic over those b contexts only."""
         return _CompiledFreshMinimum.apply(x, contexts, self)
 
+    def minimum_values(self, x: Tensor, contexts: Tensor) -> tuple[Tensor, tuple]:
+        """`minimum`'s values [b] without autograd, and what `minimum_gradient` needs of this pass:
+        each candidate's minimising context's coefficients, vector and 1/sigma."""
+        host_x = np.ascontiguousarray(x.detach().numpy())
+        train, lengthscale, inverse, alpha, mean_constant, beta = self.arguments
+        region = self.region_for(contexts.shape[0])
+        coefficients, vectors, identity = _fresh_vectors(np.ascontiguousarray(contexts.detach().numpy()), train,
+                                                         lengthscale, region, REGION_RESIDUAL_MAX, self.polynomial_exp)
+        values, inverse_sigma, kx, solved = _pair_values(host_x, train, lengthscale, inverse, alpha, mean_constant,
+                                                         beta, region, identity, coefficients, vectors)
+        index = values.argmin(axis=1)  # the first minimiser, as torch.min
+        rows = np.arange(index.size)
+        kept = (host_x, region, identity, coefficients[index], vectors[index], np.diag(inverse_sigma[rows, index]),
+                kx, solved)
+        return torch.from_numpy(values[rows, index]), kept
+
+    def minimum_gradient(self, kept: tuple, weights: Tensor) -> Tensor:
+        """d(sum_b weights_b min_j u_bj)/dx [b, d_x] at the pass `kept` (from `minimum_values`)."""
+        host_x, region, identity, coefficients, vectors, inverse_sigma, kx, solved = kept
+        train, lengthscale, _, alpha, _, beta = self.arguments
+        host_weights = np.diag(np.ascontiguousarray(weights.detach().numpy()))  # candidate b: its own context
+        return torch.from_numpy(_pair_gradient(host_x, train, lengthscale, alpha, beta, region, identity,
+                                               coefficients, vectors, kx, solved, inverse_sigma, host_weights))
+
     def region_for(self, contexts: int) -> np.ndarray:
         """The region basis, or an [n, 0] array (V = I) where the basis saves no work."""
         rank = 0 if self.region is None else self.region.shape[1]
@@ -292,26 +316,13 @@ class _CompiledFreshMinimum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x: Tensor, contexts: Tensor, pairs: CompiledFreshPairs) -> Tensor:  # type: ignore[override]
-        host_x = np.ascontiguousarray(x.detach().numpy())
-        train, lengthscale, inverse, alpha, mean_constant, beta = pairs.arguments
-        region = pairs.region_for(contexts.shape[0])
-        coefficients, vectors, identity = _fresh_vectors(np.ascontiguousarray(contexts.detach().numpy()), train,
-                                                         lengthscale, region, REGION_RESIDUAL_MAX, pairs.polynomial_exp)
-        values, inverse_sigma, kx, solved = _pair_values(host_x, train, lengthscale, inverse, alpha, mean_constant,
-                                                         beta, region, identity, coefficients, vectors)
-        index = values.argmin(axis=1)  # the first minimiser, as torch.min
-        rows = np.arange(index.size)
-        ctx.kept = (host_x, pairs, region, identity, coefficients[index], vectors[index],
-                    np.diag(inverse_sigma[rows, index]), kx, solved)
-        return torch.from_numpy(values[rows, index])
+        values, ctx.kept = pairs.minimum_values(x, contexts)
+        ctx.pairs = pairs
+        return values
 
     @staticmethod
     def backward(ctx, grad_value: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
-        host_x, pairs, region, identity, coefficients, vectors, inverse_sigma, kx, solved = ctx.kept
-        train, lengthscale, _, alpha, _, beta = pairs.arguments
-        weights = np.diag(np.ascontiguousarray(grad_value.detach().numpy()))  # candidate b: its own context
-        return torch.from_numpy(_pair_gradient(host_x, train, lengthscale, alpha, beta, region, identity,
-                                               coefficients, vectors, kx, solved, inverse_sigma, weights)), None, None
+        return ctx.pairs.minimum_gradient(ctx.kept, grad_value), None, None
 
 
 @njit(cache=True)
