@@ -298,12 +298,13 @@ def test_the_minimax_backward_pass_over_nonzero_weights_gives_the_dense_gradient
 @pytest.mark.parametrize("project_parameter", [True, False])
 @pytest.mark.parametrize(("algorithm", "problem_name", "options"), [
     (ERBO, "ackley", {}), (WDRBO, "ackley", {}), (WDRBO, "newsvendor", {"wdrbo_L_detached": True}),
-    (SBOKDE, "modified-branin", {}),
+    (SBOKDE, "modified-branin", {}), (DRBOMMD, "ackley", {}), (DRBOMMD, "modified-branin", {}),
 ])
 def test_adam_takes_the_kernels_gradient_without_autograd_and_gets_autograds_steps_to_the_bit(
         algorithm, problem_name: str, options: dict, project_parameter: bool) -> None:
-    """`value_and_gradient`: where an Adam step is one compiled call, Adam skips autograd; the
-    end points, values and step count are those of autograd through `forward`."""
+    """`value_and_gradient`: where an Adam step is one compiled call (DRBO-MMD's: the pair kernel's
+    backward pass with its worst cases p* as weights), Adam skips autograd; the end points,
+    values and step count are those of autograd through `forward`."""
     problem, (acq,) = _paper_acquisitions(problem_name, 40, [{"adam_pass": "compiled"} | options], algorithm)
     taken = []
     direct = acq.value_and_gradient

@@ -98,6 +98,17 @@ class MMDAcquisition(Acquisition):
         p = self.worst_case(u.detach().cpu().numpy().astype(np.float64))
         return (torch.as_tensor(p).to(u) * u).sum(dim=-1)
 
+    def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
+        """An Adam step on the compiled pair kernel: p*^T u and its x-gradient, the kernel's
+        backward pass with the weights p* (autograd's through `forward`, negated to the bit:
+        its loss hands each value -1), without autograd."""
+        kernel = self.grid_ucb.kernel(x)
+        if kernel is None:
+            return None
+        u, kept = kernel.values(x)
+        p = torch.as_tensor(self.worst_case(u.numpy().astype(np.float64))).to(u)
+        return (p * u).sum(dim=-1), kernel.gradient(kept, p)
+
 
 class DRBOMMD(Algorithm):
     name = "drbo-mmd"
