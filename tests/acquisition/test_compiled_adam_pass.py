@@ -12,7 +12,7 @@ import torch
 from wdrbo_dist.acquisition.drbo_kde import DRBOKDE
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
-from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax
+from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax, minimax_value, minimax_value_and_weights
 from wdrbo_dist.acquisition.optimize import OptimizerSettings, adam_ascent
 from wdrbo_dist.acquisition.compiled import FixedContextUCB
 from wdrbo_dist.acquisition.sbo_kde import SBOKDE, SampleAverageUCB
@@ -299,6 +299,7 @@ def test_the_minimax_backward_pass_over_nonzero_weights_gives_the_dense_gradient
 @pytest.mark.parametrize(("algorithm", "problem_name", "options"), [
     (ERBO, "ackley", {}), (WDRBO, "ackley", {}), (WDRBO, "newsvendor", {"wdrbo_L_detached": True}),
     (SBOKDE, "modified-branin", {}), (DRBOMMD, "ackley", {}), (DRBOMMD, "modified-branin", {}),
+    (DRBOMMDMinimax, "ackley", {}), (DRBOMMDMinimax, "modified-branin", {}),
 ])
 def test_adam_takes_the_kernels_gradient_without_autograd_and_gets_autograds_steps_to_the_bit(
         algorithm, problem_name: str, options: dict, project_parameter: bool) -> None:
@@ -358,3 +359,30 @@ def test_adam_steps_with_fresh_draws_skip_autograd_and_get_autograds_steps_to_th
     other = {"drbokde_min_detached": False} if algorithm is DRBOKDE else {"stable_compiled_gradient": False}
     _, (kept,) = _paper_acquisitions(problem_name, 40, [{"adam_pass": "compiled"} | other], algorithm)
     assert kept.value_and_gradient(starts) is None
+
+
+def test_the_minimaxs_written_out_backward_pass_is_autograds_to_the_bit() -> None:
+    """`minimax_value_and_weights`: d(value)/du through the closed form, cases 2 and 3, e* = 0
+    included, against autograd through `minimax_value` (whose loss hands each value -1: the
+    negation, to the bit); case 1 and non-finite values are left to autograd."""
+    generator = torch.Generator().manual_seed(0)
+    size = 64
+    w = torch.rand(size, generator=generator, dtype=torch.float64)
+    w /= w.sum()
+    mmd_squared = torch.rand(size, generator=generator, dtype=torch.float64) * 0.5
+    mmd_squared[:8] = 0.0  # e* = 0 at the first points
+    u = torch.randn(40, size, generator=generator, dtype=torch.float64)
+    u[:6, 3] = -10.0  # minimisers where e* = 0
+    for radius in (0.05, 0.3, 0.9):
+        found = minimax_value_and_weights(u, w, mmd_squared, radius)
+        assert found is not None
+        value, weights = found
+        ur = u.clone().requires_grad_(True)
+        reference = minimax_value(ur, w, mmd_squared, radius, False, False)
+        (grad,) = torch.autograd.grad(-reference.sum(), ur)
+        assert torch.equal(value, reference.detach()) and torch.equal(-weights, grad)
+        if radius == 0.3:  # both cases among the candidates (case 3: the value is the minimum)
+            assert (value == u.min(-1).values).any() and (value != u.min(-1).values).any()
+    assert minimax_value_and_weights(u, w, mmd_squared, -1.0) is None  # case 1 (r < eps')
+    u[0, 0] = float("inf")
+    assert minimax_value_and_weights(u, w, mmd_squared, 0.3) is None

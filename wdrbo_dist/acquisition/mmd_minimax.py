@@ -58,6 +58,33 @@ def minimax_value(
 ) -> Tensor:
     """The closed-form minimax value [b] for grid UCB values u [b, N], pmf w [N] and each grid
     point's squared MMD to w (`point_mmd_squared`) [N]."""
+    return _minimax_terms(u, w, mmd_squared, radius, uniform_mean, case3_zero_bug)[0]
+
+
+def minimax_value_and_weights(u: Tensor, w: Tensor, mmd_squared: Tensor,
+                              radius: float) -> tuple[Tensor, Tensor] | None:
+    """`minimax_value` [b] and d(value)/du [b, N] of the paper profile's closed form (the E_w
+    mean, no case-3 bug), as torch's autograd forms it for an upstream gradient of 1, e* held
+    fixed: case 2, value (E + r tau + g) / 2 with tau = (g - E) / e*, gives g the weight
+    1/2 + r / (2 e*) and E the weight 1/2 - r / (2 e*) (spread over the grid as E's pi); case 3
+    gives g the weight 1 at its minimiser. Every other path of the graph carries exact zeros.
+    None where a candidate is in case 1 or a value is not finite: autograd's own route then."""
+    value, g, j_star, mean, e_star, case1, case2, case3 = _minimax_terms(u, w, mmd_squared, radius, False, False)
+    if bool(case1.any()) or not bool(torch.isfinite(u).all()):
+        return None
+    half = case2.to(u.dtype) / 2.0  # d(value2)/d(value2's sum)
+    safe = torch.where(e_star > 0, e_star, torch.ones_like(e_star))
+    to_gap = torch.where(e_star > 0, half * radius, torch.zeros_like(half)) / safe  # through tau = gap / e*
+    to_minimum = half + to_gap + case3.to(u.dtype)
+    to_mean = half - to_gap
+    weights = to_mean.unsqueeze(-1) * w  # E = u @ w: the outer product
+    weights.scatter_add_(-1, j_star.unsqueeze(-1), to_minimum.unsqueeze(-1))  # g = u[j*]
+    return value, weights
+
+
+def _minimax_terms(u: Tensor, w: Tensor, mmd_squared: Tensor, radius: float, uniform_mean: bool,
+                   case3_zero_bug: bool) -> tuple[Tensor, ...]:
+    """(value, g, j*, E, e*, case1, case2, case3): `minimax_value` and the terms its gradient needs."""
     size = u.shape[-1]
     g, j_star = u.min(dim=-1)
     pi = torch.full_like(w, 1.0 / size) if uniform_mean else w
@@ -77,9 +104,12 @@ def minimax_value(
     if case3_zero_bug:
         result = torch.where(case1, value1, torch.zeros_like(g))
         if bool(case2.any()):
-            return torch.where(case2, value2, result)
-        return torch.where(case3, g, result)
-    return torch.where(case1, value1, torch.where(case2, value2, g))
+            result = torch.where(case2, value2, result)
+        else:
+            result = torch.where(case3, g, result)
+    else:
+        result = torch.where(case1, value1, torch.where(case2, value2, g))
+    return result, g, j_star, mean, e_star, case1, case2, case3
 
 
 class MinimaxAcquisition(Acquisition):
@@ -114,6 +144,24 @@ class MinimaxAcquisition(Acquisition):
         self.telemetry.solves += x.shape[0]  # closed-form inner problems
         self.telemetry.seconds += time.perf_counter() - start
         return value
+
+    def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
+        """An Adam step of the paper profile's closed form on the compiled pair kernel: the value
+        and x-gradient autograd gives through `forward`, to the bit (its backward pass through
+        the closed form written out by `minimax_value_and_weights`), without autograd; None for the
+        reference profile's variants, or where `minimax_value_and_weights` leaves it to autograd."""
+        kernel = self.grid_ucb.kernel(x)
+        if kernel is None or self.uniform_mean or self.case3_zero_bug:
+            return None
+        u, kept = kernel.values(x)
+        start = time.perf_counter()
+        found = minimax_value_and_weights(u, self.w, self.mmd_squared, self.radius)
+        if found is None:
+            return None
+        value, weights = found
+        self.telemetry.solves += x.shape[0]  # closed-form inner problems
+        self.telemetry.seconds += time.perf_counter() - start
+        return value, kernel.gradient(kept, weights)
 
 
 class DRBOMMDMinimax(Algorithm):
