@@ -458,20 +458,29 @@ def _acquisition_terms(x, train, lengthscale, inverse, alpha, mean_constant, bet
 
 
 @njit(cache=True)
+def _decision_kernel(x, train, inverse_l2):  # type: ignore[no-untyped-def]
+    """kx [b, n] = exp(-sum_e (x_be - z_ie)^2 / (2 l_e^2)) over the decision coordinates of x [b, d_x]."""
+    b, dim_x = x.shape
+    n = train.shape[0]
+    kx = np.empty((b, n))
+    for j in range(b):
+        for i in range(n):
+            s = 0.0
+            for e in range(dim_x):
+                t = x[j, e] - train[i, e]
+                s += t * t * inverse_l2[e]
+            kx[j, i] = np.exp(-0.5 * s)
+    return kx
+
+
+@njit(cache=True)
 def _posterior_ucb(x, train, lengthscale, inverse_factor, alpha, mean_constant, beta, floor):  # type: ignore[no-untyped-def]
     """(mu + beta sigma [b], its x-gradient [b, d]) at x [b, d]; sigma's gradient is 0 where the
     variance is at the floor (torch's clamp)."""
     b, dim = x.shape
     n = train.shape[0]
     inverse_l2 = 1.0 / (lengthscale * lengthscale)
-    k = np.empty((b, n))
-    for j in range(b):
-        for i in range(n):
-            s = 0.0
-            for e in range(dim):
-                t = x[j, e] - train[i, e]
-                s += t * t * inverse_l2[e]
-            k[j, i] = np.exp(-0.5 * s)
+    k = _decision_kernel(x, train, inverse_l2)
     whitened = k @ inverse_factor.T  # rows (L^{-1} k_b)^T
     solved = whitened @ inverse_factor  # rows (K^{-1} k_b)^T
     values = np.empty(b)
@@ -500,14 +509,7 @@ def _candidate_forms(x, train, inverse_l2, inverse, basis, identity):  # type: i
     b, dim_x = x.shape
     n = train.shape[0]
     r = n if identity else basis.shape[1]
-    kx = np.empty((b, n))
-    for j in range(b):
-        for i in range(n):
-            s = 0.0
-            for e in range(dim_x):
-                t = x[j, e] - train[i, e]
-                s += t * t * inverse_l2[e]
-            kx[j, i] = np.exp(-0.5 * s)
+    kx = _decision_kernel(x, train, inverse_l2)
     forms = np.empty((r, b * r))
     if identity:
         solved = np.empty((b * r, n))
