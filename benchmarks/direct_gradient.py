@@ -1,12 +1,14 @@
 """Whole runs with Adam's gradient from the compiled kernel directly or through torch's autograd.
 
-ERBO's, WDRBO's and SBO-KDE's Adam steps are one compiled call whose x-gradient the kernel
-returns (`Acquisition.value_and_gradient`); Adam takes it without autograd, which gives the same
-bits (tests/acquisition/test_compiled_adam_pass.py). This times both routes in one process, the
+ERBO's, WDRBO's, SBO-KDE's and GP-UCB's Adam steps are one compiled call whose x-gradient the
+kernel returns (`Acquisition.value_and_gradient`); DRBO-KDE's, DRBO-MMD's, the minimax's and
+StableOpt's (since stop 41) are a pair kernel's values with a function of them whose backward
+pass is written out in autograd's operations. Adam takes them without autograd, which gives
+the same bits (tests/acquisition/test_compiled_adam_pass.py). This times both routes in one process, the
 routes alternated within each seed so that the machine's drift hits both alike, checks that the
 records are the same and prints seconds per run and the ratio, paired per seed. One thread.
 
-    .venv/bin/python benchmarks/direct_gradient.py                          # erbo, wdrbo, sbo-kde; 3 seeds
+    .venv/bin/python benchmarks/direct_gradient.py                          # every algorithm with the route; 3 seeds
     .venv/bin/python benchmarks/direct_gradient.py --algorithms erbo --seeds 5
 """
 
@@ -46,7 +48,8 @@ def timed_run(spec: RunSpec, route: str) -> tuple[float, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algorithms", nargs="+", default=["erbo", "wdrbo", "sbo-kde"], choices=list(ALGORITHMS))
+    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS),
+                        choices=list(ALGORITHMS))
     parser.add_argument("--problem", default="ackley", choices=problem_names())
     parser.add_argument("--seeds", type=count, default=3)
     parser.add_argument("--first-seed", type=count, default=100)
