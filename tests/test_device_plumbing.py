@@ -34,7 +34,7 @@ ON_PURPOSE = {
     ("acquisition/drbo_mmd.py", "factor"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_mmd.py", "acquisition"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_mmd.py", "forward"): "DRBO-MMD's conic program is solved on the CPU",
-    ("acquisition/drbo_mmd.py", "value_and_gradient"): "DRBO-MMD's conic program is solved on the CPU",
+    ("acquisition/drbo_mmd.py", "worst_case_mean"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_mmd.py", "worst_case"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_kde.py", "_solved"): "DRBO-KDE's LP route (drbokde_closed_form: false) is solved on the CPU",
     ("models/compiled_ucb.py", "_host_arrays"): "the compiled Adam step (adam_pass) is built for CPU tensors only",

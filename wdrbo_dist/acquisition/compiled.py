@@ -5,7 +5,7 @@ DRBO-MMD's and the minimax's grids, StableOpt's box). Its option is declared her
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from torch import Tensor
 
@@ -101,10 +101,22 @@ class FixedContextUCB:
             return kernel(x)
         return self.model.ucb_from_features(x, self.features, self.beta)[0]
 
-    def kernel(self, x: Tensor) -> "CompiledPairs | None":
-        """The compiled pair kernel where it serves this call (its `values` and `gradient`
-        outside autograd), else None."""
-        return compiled_route(self._compiled, x)
+    def value_and_gradient(self, x: Tensor, function: Callable[[Tensor], tuple[Tensor, Tensor] | None],
+                           ) -> tuple[Tensor, Tensor] | None:
+        """(f(u) [b], its x-gradient [b, d_x]) without autograd, for u [b, N] the UCB at every pair
+        and `function` u -> (f(u), df/du [b, N]) (None: it leaves this call to autograd): the
+        compiled kernel's forward pass, then its backward pass with df/du as the weights. None
+        where the kernel does not serve the call. `Acquisition.value_and_gradient` of DRBO-KDE,
+        DRBO-MMD and the minimax, whose df/du is autograd's, written out."""
+        kernel = compiled_route(self._compiled, x)
+        if kernel is None:
+            return None
+        u, kept = kernel.values(x)
+        found = function(u)
+        if found is None:
+            return None
+        value, weights = found
+        return value, kernel.gradient(kept, weights)
 
 
 def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Tensor | None,

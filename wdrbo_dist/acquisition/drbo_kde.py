@@ -182,15 +182,15 @@ class DRBOKDEAcquisition(Acquisition):
         """An Adam step of the closed form with m(x) detached, on the compiled pair kernel: the
         value and x-gradient autograd gives through `forward`, to the bit (the same operations;
         its backward pass, d alpha/du into the kernel's, written out by `tv_worst_case_weights`)."""
-        kernel = self.samples_ucb.kernel(x)
-        if kernel is None or not (self.closed_form and self.detach_min):
+        if not (self.closed_form and self.detach_min):
             return None
-        with torch.no_grad():
-            u, kept = kernel.values(x)
-            m = self.minimum(x)
-            value, positions, passes = self._closed_form(u, m)
-            weights = tv_worst_case_weights(u, positions, passes, self._sorted_weights)
-        return value, kernel.gradient(kept, weights)
+
+        def closed_form(u: Tensor) -> tuple[Tensor, Tensor]:
+            with torch.no_grad():
+                value, positions, passes = self._closed_form(u, self.minimum(x))
+                return value, tv_worst_case_weights(u, positions, passes, self._sorted_weights)
+
+        return self.samples_ucb.value_and_gradient(x, closed_form)
 
     def _closed_form(self, u: Tensor, m: Tensor) -> tuple[Tensor, Tensor | None, Tensor | None]:
         start = time.perf_counter()

@@ -102,12 +102,11 @@ class MMDAcquisition(Acquisition):
         """An Adam step on the compiled pair kernel: p*^T u and its x-gradient, the kernel's
         backward pass with the weights p* (autograd's through `forward`, negated to the bit:
         its loss hands each value -1), without autograd."""
-        kernel = self.grid_ucb.kernel(x)
-        if kernel is None:
-            return None
-        u, kept = kernel.values(x)
-        p = torch.as_tensor(self.worst_case(u.numpy().astype(np.float64))).to(u)
-        return (p * u).sum(dim=-1), kernel.gradient(kept, p)
+        def worst_case_mean(u: Tensor) -> tuple[Tensor, Tensor]:
+            p = torch.as_tensor(self.worst_case(u.numpy().astype(np.float64))).to(u)
+            return (p * u).sum(dim=-1), p
+
+        return self.grid_ucb.value_and_gradient(x, worst_case_mean)
 
 
 class DRBOMMD(Algorithm):

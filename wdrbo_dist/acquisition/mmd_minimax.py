@@ -150,18 +150,18 @@ class MinimaxAcquisition(Acquisition):
         and x-gradient autograd gives through `forward`, to the bit (its backward pass through
         the closed form written out by `minimax_value_and_weights`), without autograd; None for the
         reference profile's variants, or where `minimax_value_and_weights` leaves it to autograd."""
-        kernel = self.grid_ucb.kernel(x)
-        if kernel is None or self.uniform_mean or self.case3_zero_bug:
+        if self.uniform_mean or self.case3_zero_bug:
             return None
-        u, kept = kernel.values(x)
-        start = time.perf_counter()
-        found = minimax_value_and_weights(u, self.w, self.mmd_squared, self.radius)
-        if found is None:
-            return None
-        value, weights = found
-        self.telemetry.solves += x.shape[0]  # closed-form inner problems
-        self.telemetry.seconds += time.perf_counter() - start
-        return value, kernel.gradient(kept, weights)
+
+        def closed_form(u: Tensor) -> tuple[Tensor, Tensor] | None:
+            start = time.perf_counter()
+            found = minimax_value_and_weights(u, self.w, self.mmd_squared, self.radius)
+            if found is not None:
+                self.telemetry.solves += u.shape[0]  # closed-form inner problems
+                self.telemetry.seconds += time.perf_counter() - start
+            return found
+
+        return self.grid_ucb.value_and_gradient(x, closed_form)
 
 
 class DRBOMMDMinimax(Algorithm):
