@@ -78,6 +78,35 @@ def test_working_set_gives_the_optimum_of_the_complete_program(restricted_solver
     assert complete_fallbacks <= 0.05 * 16 * 24  # the complete program is the exception
 
 
+def test_compiled_rounds_are_the_python_rounds_to_the_bit() -> None:
+    """mmd_ipm.certified_rounds runs WorkingSetSolver's rounds compiled: the same solutions, the
+    same programs counted and the same guesses left for the next candidate, bit for bit."""
+    rng = np.random.default_rng(8)
+    compared = 0
+    for factor, w, radius, grid in _instances():
+        program = MMDWorstCase(100, solver="CLARABEL", equilibrate=False, working_set=True, restricted_solver="compiled")
+        program.prepare(factor, w, radius)
+        compiled = program._working
+        in_python = WorkingSetSolver(restricted_solver="compiled")
+        in_python.prepare(compiled._program)
+        index = program.cvx["embedding"]
+        for row, u0 in enumerate(_smooth_rows(rng, grid, 4)):
+            for step in range(3):
+                c = np.zeros(program.cvx["n_var"])
+                c[index] = u0 + 0.02 * step * np.sin(3 * grid[:, 0] + row)
+                tol = compiled.tolerance * max(1.0, float(np.abs(c).max()))
+                expected = in_python._solve_in_python(c, row, tol)
+                found = compiled.solve(c, row)
+                assert (found is None) == (expected is None)
+                if expected is not None:
+                    assert found.tobytes() == expected.tobytes()
+                    assert compiled._memory.dual[row].tobytes() == in_python._memory.dual[row].tobytes()
+                    assert np.array_equal(compiled._memory.support[row], in_python._memory.support[row])
+                    compared += 1
+                assert compiled.programs == in_python.programs
+    assert compared > 200
+
+
 def _program_and_objective(seed: int = 3):
     rng = np.random.default_rng(seed)
     grid = np.linspace(0, 1, 100)[:, None]

@@ -215,18 +215,23 @@ def _kkt_refined(
     lower: np.ndarray, lower_s: np.ndarray, hi_at: np.ndarray, a: np.ndarray, g: np.ndarray,
     d2: np.ndarray, v: np.ndarray, beta: float,
     bx: np.ndarray, by: np.ndarray, bz_x: np.ndarray, bz_c: np.ndarray,
-    dx: np.ndarray, dy: np.ndarray, dz_x: np.ndarray, dz_c: np.ndarray,
+    dx: np.ndarray, dy: np.ndarray, dz_x: np.ndarray, dz_c: np.ndarray, scratch: np.ndarray,
 ) -> None:
     """`_kkt_solve` and REFINEMENTS steps of iterative refinement on the complete KKT system: the
     normal matrix squares the system's condition number, which near the optimum lost the primal
     residual 1e-9 -> 1e-6 per iteration without them."""
     n, p, m = dx.shape[0], dy.shape[0], dz_c.shape[0]
-    buffer_m = np.empty(m)
+    # scratch [4 n + 2 p + 3 m]: views, not allocations (a few hundred per program otherwise)
+    buffer_m = scratch[:m]
     _kkt_solve(lower, lower_s, hi_at, a, g, d2, v, beta, bx, by, bz_x, bz_c, dx, dy, dz_x, dz_c, buffer_m)
     if REFINEMENTS == 0:
         return
-    ex, ey, ez_x, ez_c = np.empty(n), np.empty(p), np.empty(n), np.empty(m)
-    cx, cy, cz_x, cz_c = np.empty(n), np.empty(p), np.empty(n), np.empty(m)
+    ex, ez_x = scratch[m : m + n], scratch[m + n : m + 2 * n]
+    cx, cz_x = scratch[m + 2 * n : m + 3 * n], scratch[m + 3 * n : m + 4 * n]
+    start = m + 4 * n
+    ey, cy = scratch[start : start + p], scratch[start + p : start + 2 * p]
+    start += 2 * p
+    ez_c, cz_c = scratch[start : start + m], scratch[start + m : start + 2 * m]
     for _ in range(REFINEMENTS):
         _product_t(a, dy, ex)
         _product_t(g, dz_c, cx)
@@ -252,13 +257,15 @@ def _kkt_refined(
 def _factor_normal(
     gram: np.ndarray, g: np.ndarray, a: np.ndarray, d2: np.ndarray, v: np.ndarray, beta: float,
     hmat: np.ndarray, lower: np.ndarray, hi_at: np.ndarray, lower_s: np.ndarray,
+    u: np.ndarray, gu: np.ndarray, gv: np.ndarray, column: np.ndarray, schur: np.ndarray,
 ) -> bool:
     """Factors H = diag(1 / d2) + G^T W^-2 G, with W^-2 = (4 (u.u) u u^T - 2 u v^T - 2 v u^T + I) / beta^2
-    (u = J v), and the Schur complement A H^-1 A^T; False where either is not positive definite."""
+    (u = J v), and the Schur complement A H^-1 A^T; False where either is not positive definite.
+    u [m], gu, gv, column [n] and schur [p, p]: the caller's buffers."""
     n, p = g.shape[1], a.shape[0]
-    u = v.copy()
-    u[1:] = -u[1:]
-    gu, gv = np.empty(n), np.empty(n)
+    u[0] = v[0]
+    for i in range(1, u.shape[0]):
+        u[i] = -v[i]
     _product_t(g, u, gu)
     _product_t(g, v, gv)
     uu = _dot(u, u)
@@ -271,8 +278,6 @@ def _factor_normal(
         hmat[i, i] += 1.0 / d2[i]
     if not _factor(hmat, lower):
         return False
-    schur = np.empty((p, p))
-    column = np.empty(n)
     for j in range(p):
         column[:] = a[j]
         _factor_solve(lower, column)
@@ -308,14 +313,16 @@ def solve_restricted(
 
     # coneqp's start: two solves with W = I (v = e: 2 v v^T - J = I), both points moved inside
     v[0] = 1.0
-    if not _factor_normal(gram, g, a, d2, v, 1.0, hmat, lower, hi_at, lower_s):
+    normal = (np.empty(m), np.empty(n), np.empty(n), np.empty(n), np.empty((p, p)))  # _factor_normal's buffers
+    scratch = np.empty(4 * n + 2 * p + 3 * m)  # _kkt_refined's
+    if not _factor_normal(gram, g, a, d2, v, 1.0, hmat, lower, hi_at, lower_s, *normal):
         return NOT_SOLVED, x, y, z_c, 0
-    _kkt_refined(lower, lower_s, hi_at, a, g, d2, v, 1.0, zeros_n, b, zeros_n, h, x, dy, dz_x, dz_c)
+    _kkt_refined(lower, lower_s, hi_at, a, g, d2, v, 1.0, zeros_n, b, zeros_n, h, x, dy, dz_x, dz_c, scratch)
     s_x[:] = -dz_x
     s_c[:] = -dz_c
     _shift_inside(s_x, s_c)
     minus_c = -c
-    _kkt_refined(lower, lower_s, hi_at, a, g, d2, v, 1.0, minus_c, zeros_p, zeros_n, zeros_m, dx, y, z_x, z_c)
+    _kkt_refined(lower, lower_s, hi_at, a, g, d2, v, 1.0, minus_c, zeros_p, zeros_n, zeros_m, dx, y, z_x, z_c, scratch)
     _shift_inside(z_x, z_c)
 
     rx, ry, rz_x, rz_c = np.empty(n), np.empty(p), np.empty(n), np.empty(m)
@@ -324,7 +331,7 @@ def solve_restricted(
     bz_x, bz_c = np.empty(n), np.empty(m)
     dsa_x, dsa_c, dza_x, dza_c = np.empty(n), np.empty(m), np.empty(n), np.empty(m)
     ws_x, ws_c, wz_x, wz_c = np.empty(n), np.empty(m), np.empty(n), np.empty(m)
-    buffer_n, buffer_m, buffer_m2 = np.empty(n), np.empty(m), np.empty(m)
+    buffer_n, buffer_m, buffer_m2, minus_ry = np.empty(n), np.empty(m), np.empty(m), np.empty(p)
     for iteration in range(MAX_ITERATIONS):
         _product_t(a, y, rx)
         _product_t(g, z_c, buffer_n)
@@ -369,7 +376,7 @@ def solve_restricted(
         for i in range(1, m):
             v[i] = (s_c[i] / s_norm - z_c[i] / z_norm) / (2.0 * gamma) / norm_v
         _scale(v, beta, 1, z_c, lam_c)
-        if not _factor_normal(gram, g, a, d2, v, beta, hmat, lower, hi_at, lower_s):
+        if not _factor_normal(gram, g, a, d2, v, beta, hmat, lower, hi_at, lower_s, *normal):
             return NOT_SOLVED, x, y, z_c, iteration
 
         # Mehrotra: the affine direction (sigma = 0), then the combined one with sigma = (1 - step)^3
@@ -395,8 +402,10 @@ def solve_restricted(
                 bz_c[i] = -rz_c[i] - buffer_m2[i]
             for i in range(n):
                 buffer_n[i] = -rx[i]
-            minus_ry = -ry
-            _kkt_refined(lower, lower_s, hi_at, a, g, d2, v, beta, buffer_n, minus_ry, bz_x, bz_c, dx, dy, dz_x, dz_c)
+            for j in range(p):
+                minus_ry[j] = -ry[j]
+            _kkt_refined(lower, lower_s, hi_at, a, g, d2, v, beta, buffer_n, minus_ry, bz_x, bz_c, dx, dy, dz_x, dz_c,
+                         scratch)
             # scaled directions: dz~ = W dz, ds~ = q - dz~
             for i in range(n):
                 wz_x[i] = math.sqrt(d2[i]) * dz_x[i]
@@ -424,3 +433,82 @@ def solve_restricted(
                 s_c[i] += step * buffer_m[i]
                 z_c[i] += step * dz_c[i]
     return NOT_SOLVED, x, y, z_c, MAX_ITERATIONS
+
+
+@njit(cache=True)
+def certified_rounds(
+    c: np.ndarray, aggregate_cost: float, support_guess: np.ndarray, dual_guess: np.ndarray,
+    by_variable: np.ndarray, dual_rows: np.ndarray, centre: np.ndarray, b_eq: np.ndarray, b_cone: np.ndarray,
+    tolerance: float, max_rounds: int, added_per_round: int, max_size: int, support_threshold: float,
+) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, int]:
+    """mmd_working_set.WorkingSetSolver's rounds with this module's restricted solves, compiled
+    whole: (certified, solution, its support, the dual, restricted programs solved).
+
+    The same operations as the Python rounds in the same order (LAPACK's QR and BLAS's products
+    reached through numba are the ones SciPy and NumPy call), so the same solutions to the bit
+    (tests/acquisition/test_mmd_working_set.py); what is gone is the Python between them, which
+    took more time than the restricted solves themselves. `dual_guess` of length 0: none."""
+    n, zero = c.shape[0], b_eq.shape[0]
+    chosen = np.zeros(n, dtype=np.bool_)
+    chosen[np.argmin(c)] = True
+    for j in support_guess:
+        chosen[j] = True
+    if dual_guess.shape[0] > 0:
+        guessed = c + np.dot(dual_rows.T, dual_guess)
+        lowest = np.argmin(guessed)
+        if guessed[lowest] < -tolerance:
+            chosen[lowest] = True
+    no_answer = (False, centre, support_guess, dual_guess, 0)
+    programs = 0
+    tail = b_cone.shape[0] - 1
+    for _ in range(max_rounds):
+        working = np.nonzero(chosen)[0]
+        k = working.shape[0]
+        if k > max_size:
+            return no_answer[0], no_answer[1], no_answer[2], no_answer[3], programs
+        k1 = k + 1
+        columns = np.empty((k1, by_variable.shape[1]))
+        cost = np.empty(k1)
+        for i in range(k):
+            columns[i] = by_variable[working[i]]
+            cost[i] = c[working[i]]
+        columns[k] = by_variable[n]
+        cost[k] = aggregate_cost
+        stacked = np.empty((tail, k1 + 1))  # the cone's rows after its head: the columns, then b
+        for j in range(k1):
+            stacked[:, j] = columns[j, zero + 1 :]
+        stacked[:, k1] = b_cone[1:]
+        q, r = np.linalg.qr(stacked)
+        programs += 1
+        g = np.empty((1 + r.shape[0], k1))
+        g[0] = columns[:, zero]
+        g[1:] = r[:, :k1]
+        h = np.empty(1 + r.shape[0])
+        h[0] = b_cone[0]
+        h[1:] = r[:, k1]
+        status, x, y, z, _ = solve_restricted(cost, np.ascontiguousarray(columns[:, :zero].T), b_eq, g, h)
+        if status != SOLVED:
+            return no_answer[0], no_answer[1], no_answer[2], no_answer[3], programs
+        dual = np.empty(zero + 1 + q.shape[0])
+        dual[:zero] = y
+        dual[zero] = z[0]
+        # Q's layout as the Python rounds have it (thin_qr's column-major Q; NumPy's row-major Q of
+        # a wide block): BLAS sums Q z in another order for each
+        tail_dual = np.ascontiguousarray(z[1:])
+        if tail >= k1 + 1:
+            dual[zero + 1 :] = np.dot(np.asfortranarray(q), tail_dual)
+        else:
+            dual[zero + 1 :] = np.dot(np.ascontiguousarray(q), tail_dual)
+        reduced = c + np.dot(dual_rows.T, dual)
+        for i in range(k):
+            reduced[working[i]] = np.inf
+        violators = np.nonzero(reduced < -tolerance)[0]
+        if violators.shape[0] == 0:
+            solution = x[k] * centre
+            for i in range(k):
+                solution[working[i]] += x[i]
+            return True, solution, working[x[:k] > support_threshold], dual, programs
+        order = np.argsort(reduced[violators])
+        for j in order[:added_per_round]:
+            chosen[violators[j]] = True
+    return no_answer[0], no_answer[1], no_answer[2], no_answer[3], programs

@@ -45,6 +45,7 @@ RESTRICTED_SOLVERS = ("compiled", "clarabel")  # mmd_ipm.py's dense method, or C
 MAX_ROUNDS = 12
 ADDED_PER_ROUND = 3  # violators that join S per round (more makes every solve slower)
 SUPPORT_THRESHOLD = 1e-7  # p_j above this carries over to the next candidate's working set
+_NO_SUPPORT, _NO_DUAL = np.zeros(0, dtype=np.int64), np.zeros(0)
 _PADDED_SIZE = [next(size for size in WORKSPACE_SIZES if size >= count) for count in range(WORKSPACE_SIZES[-1] + 1)]
 
 
@@ -236,10 +237,39 @@ class WorkingSetSolver:
         return chosen
 
     def solve(self, c: np.ndarray, key: Hashable = 0) -> np.ndarray | None:
-        """x* for the objective c (solver variable order), certified; None: solve the complete program."""
+        """x* for the objective c (solver variable order), certified; None: solve the complete program.
+
+        With the compiled restricted solver the rounds run compiled too (`mmd_ipm.certified_rounds`,
+        the same solutions to the bit); with Clarabel they run here."""
         program = self._program
         assert program is not None, "prepare() first"
         tol = self.tolerance * max(1.0, float(np.abs(c).max()))
+        if self.restricted_solver == "compiled":
+            return self._solve_compiled_rounds(c, key, tol)
+        return self._solve_in_python(c, key, tol)
+
+    def _solve_compiled_rounds(self, c: np.ndarray, key: Hashable, tol: float) -> np.ndarray | None:
+        from wdrbo_dist.acquisition import mmd_ipm  # numba: imported where this route runs
+
+        program, memory = self._program, self._memory
+        assert program is not None
+        dual_guess = memory.dual.get(key, memory.last_dual)
+        certified, solution, support, dual, programs = mmd_ipm.certified_rounds(
+            c, float(c @ program.centre), memory.support.get(key, _NO_SUPPORT),
+            _NO_DUAL if dual_guess is None else dual_guess, self._by_variable, self._dual_rows, program.centre,
+            program.b_eq, program.b_cone, tol, MAX_ROUNDS, ADDED_PER_ROUND, WORKSPACE_SIZES[-1], SUPPORT_THRESHOLD,
+        )
+        self.programs += programs
+        if not certified:
+            return None
+        memory.support[key] = support
+        memory.dual[key] = dual
+        memory.last_dual = dual
+        return solution
+
+    def _solve_in_python(self, c: np.ndarray, key: Hashable, tol: float) -> np.ndarray | None:
+        program = self._program
+        assert program is not None
         chosen = self._initial_set(c, key, tol)
         zero = program.a_eq.shape[0]
         costs = np.empty(c.shape[0] + 1)  # the aggregate's cost last
