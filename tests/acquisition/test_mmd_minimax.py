@@ -88,6 +88,22 @@ def test_case_1_never_triggers_for_a_positive_radius() -> None:
     assert torch.all(fixed >= g - 1e-12) and torch.all(fixed <= mean + 1e-12)
 
 
+@pytest.mark.parametrize("radius", [1e-9, 0.5, 0.9, 3.0])
+def test_values_without_a_graph_are_those_with_one_to_the_bit(radius: float) -> None:
+    """Without autograd the spread S is skipped where no candidate can be in case 1: the same values."""
+    rng = np.random.default_rng(4)
+    rows = [rng.normal(size=(40, 3)), np.full((2, 3), 0.7), np.array([U_CASE2, U_CASE3])]
+    for u_np in rows:
+        for uniform in (True, False):
+            for bug in (True, False):
+                for w in (torch.tensor(W, dtype=T), torch.tensor([0.0, 1.0, 0.0], dtype=T)):
+                    mmd = point_mmd_squared(torch.tensor(K, dtype=T), w)
+                    with_graph = minimax_value(torch.tensor(u_np, dtype=T, requires_grad=True), w, mmd, radius, uniform, bug)
+                    with torch.no_grad():
+                        without = minimax_value(torch.tensor(u_np, dtype=T), w, mmd, radius, uniform, bug)
+                    assert without.numpy().tobytes() == with_graph.detach().numpy().tobytes()
+
+
 def test_reference_case_3_bug_zeroes_case_3_only_when_a_case_2_is_in_the_call() -> None:
     both = _value([U_CASE2, U_CASE3], 0.9, uniform=True, bug=True)
     assert float(both[1]) == 0.0  # case 3 next to a case 2: the reference's 0

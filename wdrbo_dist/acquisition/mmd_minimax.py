@@ -84,22 +84,32 @@ def minimax_value_and_weights(u: Tensor, w: Tensor, mmd_squared: Tensor,
 
 def _minimax_terms(u: Tensor, w: Tensor, mmd_squared: Tensor, radius: float, uniform_mean: bool,
                    case3_zero_bug: bool) -> tuple[Tensor, ...]:
-    """(value, g, j*, E, e*, case1, case2, case3): `minimax_value` and the terms its gradient needs."""
+    """(value, g, j*, E, e*, case1, case2, case3): `minimax_value` and the terms its gradient needs.
+
+    Without an autograd graph to keep, S (a pass over [b, N]) is formed only where case 1 is
+    possible: eps' = (g - E) / S <= 0 < r wherever g <= E, so there every candidate's case is
+    decided by e* alone and case 1's value is never chosen (the same values, bit for bit)."""
     size = u.shape[-1]
     g, j_star = u.min(dim=-1)
     pi = torch.full_like(w, 1.0 / size) if uniform_mean else w
     mean = u @ pi
-    spread = size * ((u - mean.unsqueeze(-1)) ** 2 @ pi)
-    s = torch.sqrt(spread.clamp_min(_TINY))
+    gap = g - mean  # <= 0 but for rounding
     e_star = mmd_squared[j_star].clamp_min(0.0).sqrt().detach()
-    gap = g - mean  # <= 0
-    with torch.no_grad():
-        eps_prime = torch.where(spread > _TINY, gap / s, torch.zeros_like(gap))
     tau = torch.where(e_star > 0, gap / torch.where(e_star > 0, e_star, torch.ones_like(e_star)), torch.zeros_like(gap))
-    case1 = radius < eps_prime
-    case2 = (eps_prime <= radius) & (radius <= e_star)
+    graph = u.requires_grad and torch.is_grad_enabled()
+    if not graph and radius > 0 and not bool((gap > 0).any()):
+        case1 = torch.zeros_like(gap, dtype=torch.bool)
+        case2 = radius <= e_star
+        value1 = g  # never chosen
+    else:
+        spread = size * ((u - mean.unsqueeze(-1)) ** 2 @ pi)
+        s = torch.sqrt(spread.clamp_min(_TINY))
+        with torch.no_grad():
+            eps_prime = torch.where(spread > _TINY, gap / s, torch.zeros_like(gap))
+        case1 = radius < eps_prime
+        case2 = (eps_prime <= radius) & (radius <= e_star)
+        value1 = mean + radius * (tau + s) / 2.0
     case3 = radius > e_star
-    value1 = mean + radius * (tau + s) / 2.0
     value2 = (mean + radius * tau + g) / 2.0
     if case3_zero_bug:
         result = torch.where(case1, value1, torch.zeros_like(g))
