@@ -613,22 +613,38 @@ def _fresh_vectors(contexts, train, lengthscale, region, residual_max, polynomia
     n_contexts, dim_c = contexts.shape
     dim_x = dim - dim_c
     inverse_l2 = 1.0 / (lengthscale * lengthscale)
-    vectors = np.empty((n_contexts, n))
-    for c in range(n_contexts):
+    train_c = np.empty((dim_c, n))  # the training contexts by dimension: the loops over i vectorise
+    for d in range(dim_c):
         for i in range(n):
-            s = 0.0
-            for d in range(dim_c):
-                t = contexts[c, d] - train[i, dim_x + d]
-                s += t * t * inverse_l2[dim_x + d]
-            vectors[c, i] = -0.5 * s if polynomial_exp else np.exp(-0.5 * s)
+            train_c[d, i] = train[i, dim_x + d]
+    vectors = np.zeros((n_contexts, n))
+    for c in range(n_contexts):
+        row = vectors[c]  # sum_d (c_d - z_id)^2 / l_d^2, from 0 in d's order: the same sums, per i
+        for d in range(dim_c):
+            point, weight, column = contexts[c, d], inverse_l2[dim_x + d], train_c[d]
+            for i in range(n):
+                t = point - column[i]
+                row[i] += t * t * weight
+        for i in range(n):
+            row[i] = -0.5 * row[i] if polynomial_exp else np.exp(-0.5 * row[i])
     if polynomial_exp:
         exp_in_place(vectors.reshape(-1))
     if region.shape[1] > 0:
         coefficients = vectors @ region
-        residual = vectors - coefficients @ region.T
-        if np.abs(residual).max() <= residual_max:
+        if _within(vectors, coefficients @ region.T, residual_max):
             return coefficients, vectors, False
     return vectors, vectors, True
+
+
+@njit(cache=True)
+def _within(vectors, spanned, residual_max):  # type: ignore[no-untyped-def]
+    """Whether every |vectors - spanned| <= residual_max (False at a NaN), without the residual array."""
+    rows, columns = vectors.shape
+    for c in range(rows):
+        for i in range(columns):
+            if not abs(vectors[c, i] - spanned[c, i]) <= residual_max:
+                return False
+    return True
 
 
 @njit(cache=True)
