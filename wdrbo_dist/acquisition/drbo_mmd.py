@@ -71,13 +71,14 @@ class MMDAcquisition(Acquisition):
         rows = np.empty_like(u)
         tel = self.telemetry
         programs_before = self.program.programs
+        finite = np.isfinite(u).all(axis=1)
         for i in range(u.shape[0]):
             key = u[i].tobytes()
             if key in self._solved:
                 rows[i] = self._solved[key]
                 continue
             start = time.perf_counter()
-            if np.all(np.isfinite(u[i])):
+            if finite[i]:
                 p, status = self.program.solve(u[i], slot=(u.shape[0], i))
             else:  # SCS would iterate to its limit on a non-finite objective
                 p, status = None, "nonfinite objective"
@@ -85,7 +86,7 @@ class MMDAcquisition(Acquisition):
             tel.solves += 1
             if status != "optimal":
                 tel.failures += 1
-            if p is None or not np.all(np.isfinite(p)):
+            if p is None or not np.isfinite(p).all():
                 tel.fallbacks += 1
                 p = w
             rows[i] = p

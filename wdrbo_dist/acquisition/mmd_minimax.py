@@ -22,6 +22,7 @@ profile), its backward pass from autograd's d(value)/du.
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -69,8 +70,10 @@ def minimax_value_and_weights(u: Tensor, w: Tensor, mmd_squared: Tensor,
     1/2 + r / (2 e*) and E the weight 1/2 - r / (2 e*) (spread over the grid as E's pi); case 3
     gives g the weight 1 at its minimiser. Every other path of the graph carries exact zeros.
     None where a candidate is in case 1 or a value is not finite: autograd's own route then."""
+    if not math.isfinite(float(u.sum())):  # a non-finite u (or a sum that overflows): autograd's route
+        return None
     value, g, j_star, mean, e_star, case1, case2, case3 = _minimax_terms(u, w, mmd_squared, radius, False, False)
-    if bool(case1.any()) or not bool(torch.isfinite(u).all()):
+    if bool(case1.any()):
         return None
     half = case2.to(u.dtype) / 2.0  # d(value2)/d(value2's sum)
     safe = torch.where(e_star > 0, e_star, torch.ones_like(e_star))
