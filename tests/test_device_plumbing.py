@@ -36,6 +36,10 @@ ON_PURPOSE = {
     ("acquisition/drbo_mmd.py", "forward"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_mmd.py", "worst_case_mean"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/drbo_mmd.py", "worst_case"): "DRBO-MMD's conic program is solved on the CPU",
+    ("acquisition/mmd_minimax.py", "closed_form"):
+        "the minimax's compiled Adam closed form takes the compiled pair kernel's CPU tensors only",
+    ("acquisition/mmd_minimax_kernel.py", "minimax_step"):
+        "the minimax's compiled Adam closed form takes the compiled pair kernel's CPU tensors only",
     ("acquisition/drbo_kde.py", "_solved"): "DRBO-KDE's LP route (drbokde_closed_form: false) is solved on the CPU",
     ("models/compiled_ucb.py", "_host_arrays"): "the compiled Adam step (adam_pass) is built for CPU tensors only",
     ("models/compiled_ucb.py", "value_and_gradient"): "the compiled Adam step (adam_pass) runs on CPU tensors only",

@@ -10,7 +10,12 @@ import torch
 
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf
-from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax, minimax_value, point_mmd_squared
+from wdrbo_dist.acquisition.mmd_minimax import (
+    DRBOMMDMinimax,
+    minimax_value,
+    minimax_value_and_weights,
+    point_mmd_squared,
+)
 from wdrbo_dist.models.gp import fit_gp
 from wdrbo_dist.problems import make_problem
 
@@ -102,6 +107,38 @@ def test_values_without_a_graph_are_those_with_one_to_the_bit(radius: float) -> 
                     with torch.no_grad():
                         without = minimax_value(torch.tensor(u_np, dtype=T), w, mmd, radius, uniform, bug)
                     assert without.numpy().tobytes() == with_graph.detach().numpy().tobytes()
+
+
+def test_the_compiled_closed_form_is_the_torch_one_to_the_bit() -> None:
+    """minimax_step (paper profile's Adam step) = minimax_value_and_weights, value and weights,
+    bit for bit: cases 2 and 3 mixed in one call, e* = 0 at a point-mass centre, ties."""
+    from wdrbo_dist.acquisition.mmd_minimax_kernel import minimax_step
+
+    generator = torch.Generator().manual_seed(3)
+    size = 64
+    grid = torch.linspace(0, 1, size, dtype=T)[:, None]
+    gram = torch.exp(-0.5 * ((grid - grid.T) / 0.2) ** 2)
+    centres = [torch.zeros(size, dtype=T).index_fill_(0, torch.tensor([7, 30, 31]), 1 / 3),
+               torch.zeros(size, dtype=T).index_fill_(0, torch.tensor([12]), 1.0)]
+    compared = 0
+    for w in centres:
+        mmd = point_mmd_squared(gram, w)
+        distances = mmd.clamp_min(0.0).sqrt().numpy()
+        for radius in (0.05, 0.4, 1.2):
+            for _ in range(20):
+                u = torch.randn(10, size, dtype=T, generator=generator).cumsum(-1)
+                u[0] = 0.25  # every value tied
+                u[1, 12] = u[1].min() - 1.0  # the minimum at the point mass: e* = 0
+                expected = minimax_value_and_weights(u, w, mmd, radius)
+                found = minimax_step(u, w, w.numpy(), distances, radius)
+                if found is None:
+                    continue
+                assert expected is not None
+                assert found[0].numpy().tobytes() == expected[0].numpy().tobytes()
+                assert found[1].numpy().tobytes() == expected[1].numpy().tobytes()
+                compared += 1
+    assert compared > 100
+    assert minimax_step(torch.full((2, size), torch.nan, dtype=T), w, w.numpy(), distances, 0.4) is None
 
 
 def test_reference_case_3_bug_zeroes_case_3_only_when_a_case_2_is_in_the_call() -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -149,6 +150,8 @@ class MinimaxAcquisition(Acquisition):
         self.mmd_squared = point_mmd_squared(gram, w)  # constant over the BO step
         self.uniform_mean = uniform_mean
         self.case3_zero_bug = case3_zero_bug
+        self._distances: np.ndarray | None = None  # e* per grid point (the compiled closed form's)
+        self._host_w: np.ndarray | None = None
 
     def forward(self, x: Tensor) -> Tensor:
         u = self.grid_ucb(x)
@@ -161,14 +164,22 @@ class MinimaxAcquisition(Acquisition):
     def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
         """An Adam step of the paper profile's closed form on the compiled pair kernel: the value
         and x-gradient autograd gives through `forward`, to the bit (its backward pass through
-        the closed form written out by `minimax_value_and_weights`), without autograd; None for the
-        reference profile's variants, or where `minimax_value_and_weights` leaves it to autograd."""
+        the closed form written out by `minimax_value_and_weights`, its elementwise part compiled
+        by `mmd_minimax_kernel.minimax_step` where that decides every case), without autograd; None
+        for the reference profile's variants, or where `minimax_value_and_weights` leaves it to autograd."""
         if self.uniform_mean or self.case3_zero_bug:
             return None
 
-        def closed_form(u: Tensor) -> tuple[Tensor, Tensor] | None:
+        def closed_form(u: Tensor) -> tuple[Tensor, Tensor] | None:  # (u: the compiled kernel's, on the CPU)
+            from wdrbo_dist.acquisition.mmd_minimax_kernel import minimax_step  # numba: imported where it runs
+
             start = time.perf_counter()
-            found = minimax_value_and_weights(u, self.w, self.mmd_squared, self.radius)
+            if self._distances is None:  # e* of every grid point, for the compiled closed form
+                self._distances = self.mmd_squared.clamp_min(0.0).sqrt().numpy()
+                self._host_w = self.w.numpy()
+            found = minimax_step(u, self.w, self._host_w, self._distances, self.radius)
+            if found is None:
+                found = minimax_value_and_weights(u, self.w, self.mmd_squared, self.radius)
             if found is not None:
                 self.telemetry.solves += u.shape[0]  # closed-form inner problems
                 self.telemetry.seconds += time.perf_counter() - start
