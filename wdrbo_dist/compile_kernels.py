@@ -21,8 +21,10 @@ from wdrbo_dist.run import RunSpec, run_one
 # minimax's grid call the same), the second compiled_ucb's mean-term kernel (ERBO's and WDRBO's
 # Adam steps), the third the values over fresh contexts (DRBO-KDE's minimum), the fourth the
 # minimum over fresh contexts with its gradient (StableOpt's Adam steps), the fifth GP-UCB's
-# posterior kernel; every run compiles the scrambled Sobol draw (acquisition/sobol_kernel.py).
-KERNEL_RUNS = (("drbo-mmd", 6), ("wdrbo", 6), ("drbo-kde", 6), ("stableopt", 6), ("gp-ucb", 6))
+# posterior kernel, the sixth the minimax's closed form (acquisition/mmd_minimax_kernel.py);
+# every run compiles the scrambled Sobol draw (acquisition/sobol_kernel.py).
+KERNEL_RUNS = (("drbo-mmd", 6), ("wdrbo", 6), ("drbo-kde", 6), ("stableopt", 6), ("gp-ucb", 6),
+               ("drbo-mmd-minimax", 6))
 
 
 def compile_kernels() -> None:
