@@ -458,14 +458,13 @@ def certified_rounds(
         lowest = np.argmin(guessed)
         if guessed[lowest] < -tolerance:
             chosen[lowest] = True
-    no_answer = (False, centre, support_guess, dual_guess, 0)
     programs = 0
     tail = b_cone.shape[0] - 1
     for _ in range(max_rounds):
         working = np.nonzero(chosen)[0]
         k = working.shape[0]
         if k > max_size:
-            return no_answer[0], no_answer[1], no_answer[2], no_answer[3], programs
+            return False, centre, support_guess, dual_guess, programs  # (no answer: the arrays are placeholders)
         k1 = k + 1
         columns = np.empty((k1, by_variable.shape[1]))
         cost = np.empty(k1)
@@ -488,7 +487,7 @@ def certified_rounds(
         h[1:] = r[:, k1]
         status, x, y, z, _ = solve_restricted(cost, np.ascontiguousarray(columns[:, :zero].T), b_eq, g, h)
         if status != SOLVED:
-            return no_answer[0], no_answer[1], no_answer[2], no_answer[3], programs
+            return False, centre, support_guess, dual_guess, programs
         dual = np.empty(zero + 1 + q.shape[0])
         dual[:zero] = y
         dual[zero] = z[0]
@@ -511,4 +510,4 @@ def certified_rounds(
         order = np.argsort(reduced[violators])
         for j in order[:added_per_round]:
             chosen[violators[j]] = True
-    return no_answer[0], no_answer[1], no_answer[2], no_answer[3], programs
+    return False, centre, support_guess, dual_guess, programs
