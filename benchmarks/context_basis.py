@@ -8,8 +8,9 @@ the basis route is nearer a direct Cholesky solve).
 
 `--compare tolerance`: the basis's rank (option `basis_tolerance`): numpy's rank cut, sigma_1 *
 rows * eps (`0`, the records of 0.17.0 and the reference profile's), or sigma_1 * 1e-11 (the
-paper profile's since 0.18.0), which matters on two context dimensions (Branin, the
+paper profile's 0.18.0-0.20.0), which matters on two context dimensions (Branin, the
 portfolios), where numpy's cut keeps 50-80 of 99 vectors (the kernels take V = I above ~75).
+`--compare cut`: sigma_1 * 1e-11 or sigma_1 * 1e-9 (the paper profile's since 0.21.0).
 
 `--compare forms`: how a torch call on the basis route forms its candidates' B_b (option
 `basis_forms`): one small product per candidate (`batched`, torch's bmm) or one product with
@@ -33,11 +34,12 @@ import argparse
 
 from paired_variants import add_run_arguments, compare  # sets one thread per process before torch is imported
 
-ACCURACY_TOLERANCES = (0.0, 1e-12, 1e-11, 1e-10)
+ACCURACY_TOLERANCES = (0.0, 1e-11, 1e-10, 1e-9, 1e-8)
 
 COMPARISONS: dict[str, dict[str, dict[str, object]]] = {
     "route": {"pairs": {"context_basis": False}, "basis": {"context_basis": True}},
     "tolerance": {"numpy": {"basis_tolerance": 0.0}, "1e-11": {"basis_tolerance": 1e-11}},
+    "cut": {"1e-11": {"basis_tolerance": 1e-11}, "1e-9": {"basis_tolerance": 1e-9}},
     "forms": {"batched": {"basis_forms": "batched"}, "one_product": {"basis_forms": "one_product"}},
 }
 

@@ -236,14 +236,14 @@ def test_compiled_pairs_agree_with_torch(algorithm, problem_name: str, n: int, i
 
 @pytest.mark.parametrize("algorithm", [SBOKDE, DRBOKDE, DRBOMMDMinimax])
 def test_the_cut_basis_on_two_context_dimensions_moves_values_and_gradients_by_rounding_only(algorithm) -> None:
-    """Option `basis_tolerance` (paper: 1e-11): on two context dimensions at n = 99 numpy's rank
-    cut keeps ~70 of 99 vectors; the cut keeps fewer, and the kernels' values and x-gradients
-    move by less than 1e-8 (their scale: ~1)."""
+    """Option `basis_tolerance` (paper: 1e-9): on two context dimensions at n = 99 numpy's rank
+    cut keeps ~70 of 99 vectors; the cut keeps 15 or more fewer, and the kernels' values and
+    x-gradients move by less than 1e-6 (their scale: ~1; the variances move by ~5e-8)."""
     problem, state, model = _state_and_model("modified-branin", n=99)
     model.context_basis = True
     ranks, values = [], []
     x = torch.rand(10, problem.dim_x, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
-    for tolerance in (0.0, 1e-11):
+    for tolerance in (0.0, 1e-9):
         model.basis_tolerance = tolerance  # as `fit_gp` sets it from the option
         algo = algorithm(problem, "paper", {"basis_tolerance": tolerance})
         algo.setup(state, torch.Generator().manual_seed(1))
@@ -254,10 +254,10 @@ def test_the_cut_basis_on_two_context_dimensions_moves_values_and_gradients_by_r
         value = acquisition(xa)
         (grad,) = torch.autograd.grad(value.sum(), xa)
         values.append((value.detach(), grad))
-    assert ranks[1] <= ranks[0] - 5, ranks
+    assert ranks[1] <= ranks[0] - 15, ranks
     (value_exact, grad_exact), (value_cut, grad_cut) = values
-    assert 0 < float((value_cut - value_exact).abs().max()) < 1e-8
-    assert torch.allclose(grad_cut, grad_exact, rtol=0, atol=1e-8)
+    assert 0 < float((value_cut - value_exact).abs().max()) < 1e-6
+    assert torch.allclose(grad_cut, grad_exact, rtol=0, atol=1e-6)
 
 
 def test_compiled_fresh_pairs_take_the_region_basis_only_where_it_spans_the_contexts() -> None:

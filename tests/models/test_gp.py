@@ -12,6 +12,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 from wdrbo_dist.models.gp import (
     LENGTHSCALE_MIN,
     NOISE_MIN,
+    REGION_RESIDUAL_MAX,
     GaussianProcess,
     context_gradient_jacobian,
     _MapObjective,
@@ -319,12 +320,13 @@ def test_a_region_basis_spans_the_context_vectors_of_its_whole_box() -> None:
     assert pairs_model.region_basis(box) is None
     model = _on_basis(pairs_model)
     region = model.region_basis(box)
-    assert region is not None and region.shape[1] < 30
-    assert torch.allclose(region.T @ region, torch.eye(region.shape[1], dtype=torch.float64), atol=1e-12)
+    assert region is not None and region.basis.shape[1] < 30 and region.residual_max == REGION_RESIDUAL_MAX
+    basis = region.basis
+    assert torch.allclose(basis.T @ basis, torch.eye(basis.shape[1], dtype=torch.float64), atol=1e-12)
     inside = 0.2 + 0.5 * torch.rand(500, 1, generator=torch.Generator().manual_seed(17), dtype=torch.float64)
     vectors = rbf(inside, model.train_x[:, 2:], model.lengthscale[2:])
     found = projected(vectors, region)
-    assert found is not None and float((vectors - found[1] @ region.T).abs().max()) < 1e-12
+    assert found is not None and float((vectors - found[1] @ basis.T).abs().max()) < 1e-12
     outside = torch.tensor([[0.95]], dtype=torch.float64)
     assert projected(rbf(outside, model.train_x[:, 2:], model.lengthscale[2:]), region) is None
     cand = torch.rand(4, 2, generator=torch.Generator().manual_seed(18), dtype=torch.float64)
@@ -334,6 +336,33 @@ def test_a_region_basis_spans_the_context_vectors_of_its_whole_box() -> None:
     wide = _on_basis(fit_gp(x2, y2, torch.Generator().manual_seed(0))[0])
     small = wide.lengthscale[2:].min().item()
     assert wide.region_basis(torch.tensor([[0.0, 0.0], [400 * small, 400 * small]], dtype=torch.float64)) is None
+
+
+def test_a_region_basis_cut_at_the_tolerance_checks_projections_against_its_own_grid() -> None:
+    """With `basis_tolerance` the region's basis is cut as a fixed context set's is; its
+    projection check then allows REGION_RESIDUAL_FACTOR times the grid's own residual: contexts
+    inside the box pass it (their vectors lie as near the span as the grid's), contexts
+    beyond it do not, and the UCB moves by far less than the noise floor's sd (0.01)."""
+    x, y = _data(80, 4, seed=22)
+    fitted, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    box = torch.tensor([[0.1, 0.1], [0.9, 0.9]], dtype=torch.float64)
+    exact_model, cut_model = (GaussianProcess(fitted.train_x, fitted.train_y, fitted.lengthscale, fitted.noise,
+                                              fitted.mean_constant, context_basis=True, basis_tolerance=tolerance)
+                              for tolerance in (0.0, 1e-9))
+    exact, cut = exact_model.region_basis(box), cut_model.region_basis(box)
+    assert exact is not None and cut is not None
+    assert cut.basis.shape[1] <= exact.basis.shape[1] - 5, (cut.basis.shape, exact.basis.shape)
+    assert REGION_RESIDUAL_MAX < cut.residual_max < 1e-6
+    g = torch.Generator().manual_seed(23)
+    inside = 0.1 + 0.8 * torch.rand(1000, 2, generator=g, dtype=torch.float64)
+    assert projected(rbf(inside, fitted.train_x[:, 2:], fitted.lengthscale[2:]), cut) is not None
+    beyond = 1.0 + 0.3 * torch.rand(50, 2, generator=g, dtype=torch.float64)
+    assert projected(rbf(beyond, fitted.train_x[:, 2:], fitted.lengthscale[2:]), cut) is None
+    cand = torch.rand(4, 2, generator=g, dtype=torch.float64)
+    features = cut_model.context_features(inside, region=cut)
+    assert features.basis is not None and features.basis.shape[1] == cut.basis.shape[1]
+    values = cut_model.ucb_from_features(cand, features, 1.5)[0]
+    assert 0 < float((values - _cholesky_ucb(fitted, cand, inside)).abs().max()) < 1e-6
 
 
 @pytest.mark.parametrize("batch", [5, 200])

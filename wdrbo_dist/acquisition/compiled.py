@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
-from wdrbo_dist.models.gp import ContextFeatures, GaussianProcess
+from wdrbo_dist.models.gp import ContextFeatures, GaussianProcess, Region
 
 if TYPE_CHECKING:
     from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs, CompiledPairs, CompiledPosteriorUCB, CompiledUCB
@@ -119,7 +119,7 @@ class FixedContextUCB:
         return value, kernel.gradient(kept, weights)
 
 
-def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Tensor | None,
+def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Region | None,
                          polynomial_exp: bool = False) -> "CompiledFreshPairs | None":
     """The kernel's UCB [b, N] for contexts drawn afresh at every call (None off the CPU or
     float64); `polynomial_exp`: option `fresh_exp: polynomial`."""

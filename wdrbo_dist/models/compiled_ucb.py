@@ -37,6 +37,7 @@ from wdrbo_dist.models.gp import (
     VARIANCE_FLOOR,
     ContextFeatures,
     GaussianProcess,
+    Region,
     numerical_basis,
     rbf,
 )
@@ -180,15 +181,16 @@ class CompiledFreshPairs:
     forward pass, the contexts' vectors projected onto `region` (a `GaussianProcess.region_basis`
     of their box, built once) where that basis saves work and spans them, else V = I."""
 
-    def __init__(self, model: GaussianProcess, beta: float, region: Tensor | None, polynomial_exp: bool = False) -> None:
+    def __init__(self, model: GaussianProcess, beta: float, region: Region | None, polynomial_exp: bool = False) -> None:
         self.arguments = _host_arrays((model.train_x, model.lengthscale, model.inverse, model.weights,
                                        float(model.mean_constant), float(beta)))
-        self.region = None if region is None else _host_arrays((region,))[0]
+        self.region = None if region is None else _host_arrays((region.basis,))[0]
+        self.residual_max = REGION_RESIDUAL_MAX if region is None else region.residual_max
         self.n = model.n
         self.polynomial_exp = polynomial_exp  # the contexts' vectors by `exp_in_place`, not libm's exp
 
     @classmethod
-    def build(cls, model: GaussianProcess, beta: float, region: Tensor | None,
+    def build(cls, model: GaussianProcess, beta: float, region: Region | None,
               polynomial_exp: bool = False) -> "CompiledFreshPairs | None":
         """None off the CPU or float64."""
         if model.train_x.device.type != "cpu" or model.train_x.dtype != torch.float64:
@@ -199,7 +201,7 @@ class CompiledFreshPairs:
         host_x = np.ascontiguousarray(x.detach().numpy())
         host_contexts = np.ascontiguousarray(contexts.detach().numpy())
         values = _fresh_pair_values(host_x, host_contexts, *self.arguments, self.region_for(contexts.shape[0]),
-                                    REGION_RESIDUAL_MAX, self.polynomial_exp)
+                                    self.residual_max, self.polynomial_exp)
         return torch.from_numpy(values)
 
     def minimum(self, x: Tensor, contexts: Tensor) -> Tensor:
@@ -215,7 +217,7 @@ class CompiledFreshPairs:
         train, lengthscale, inverse, alpha, mean_constant, beta = self.arguments
         region = self.region_for(contexts.shape[0])
         coefficients, vectors, identity = _fresh_vectors(np.ascontiguousarray(contexts.detach().numpy()), train,
-                                                         lengthscale, region, REGION_RESIDUAL_MAX, self.polynomial_exp)
+                                                         lengthscale, region, self.residual_max, self.polynomial_exp)
         values, inverse_sigma, kx, solved = _pair_values(host_x, train, lengthscale, inverse, alpha, mean_constant,
                                                          beta, region, identity, coefficients, vectors)
         index = values.argmin(axis=1)  # the first minimiser, as torch.min

@@ -46,10 +46,14 @@ COMPILED_TAIL_MIN_CONTEXTS = 256
 # are exact to ~1e-13 where the box spans several lengthscales; a box under one lengthscale wide
 # gets too few points, and its contexts often fail the check: README, stop 39), the largest
 # grid, and the projection residual above which a context set is not in the basis's span
-# (`ucb_in_region` and the compiled kernels then take V = I).
+# (`ucb_in_region` and the compiled kernels then take V = I): REGION_RESIDUAL_MAX for numpy's
+# rank; for a basis cut at `basis_tolerance`, REGION_RESIDUAL_FACTOR times the grid's own
+# largest residual, if larger (contexts inside the box lie within ~1.5x it, outside ~100x:
+# benchmarks/context_basis.py --region).
 REGION_SPACING = 0.125
 REGION_GRID_MAX = 4096
 REGION_RESIDUAL_MAX = 1e-11
+REGION_RESIDUAL_FACTOR = 4.0
 REGION_CHUNK = 16  # candidates per block in `ucb_in_region` (a [c, N, r] block)
 # `context_forms`: the candidate-side quadratic forms replace the pair products for calls of at
 # most FORMS_MAX_BATCH candidates (Adam's restarts, not the screening pass) once the data have
@@ -99,6 +103,14 @@ class ContextFeatures:
     # The vectors' own numerical basis (their SVD), whether or not the route above took it: the
     # compiled kernels of the same contexts reuse it rather than take the same SVD again.
     span: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Region:
+    """A basis for contexts drawn afresh in a known box (`GaussianProcess.region_basis`)."""
+
+    basis: Tensor  # [n, r] orthonormal, spanning the context vectors of the box
+    residual_max: float  # a context set whose projection leaves more is not in its span
 
 
 @dataclass(frozen=True)
@@ -189,7 +201,7 @@ class GaussianProcess:
 
     def ucb_pairs(
         self, x: Tensor, contexts: Tensor, beta: float, gradient_contexts: Tensor | None = None,
-        region: Tensor | None = None,
+        region: Region | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """UCB at every pair [x_b, c_j] ([b, N]); with `gradient_contexts` [M, d_c], also the
         exact gradient in c of the UCB at every pair [x_b, g_m] ([b, M, d_c]).
@@ -219,7 +231,7 @@ class GaussianProcess:
         return self.ucb_from_features(x, self.context_features(contexts, gradient_contexts, region), beta)
 
     def context_features(
-        self, contexts: Tensor, gradient_contexts: Tensor | None = None, region: Tensor | None = None
+        self, contexts: Tensor, gradient_contexts: Tensor | None = None, region: Region | None = None
     ) -> "ContextFeatures":
         """The context side (Q and the mean weights) of `ucb_pairs`, reusable across candidates.
 
@@ -270,17 +282,16 @@ class GaussianProcess:
         diff = (contexts[:, None, :] - train_c[None, :, :]) / ls_c**2  # [M, n, d_c]
         return torch.stack([k_g, *(-k_g * diff[..., d] for d in range(dim_c))])
 
-    def region_basis(self, box: Tensor) -> Tensor | None:
+    def region_basis(self, box: Tensor) -> Region | None:
         """An orthonormal basis [n, r] of the context vectors kc(c) of every c in `box` [2, d_c]
         (either bound may be the larger), for contexts drawn afresh at every call; None where
         the basis route is off or the box needs a grid above REGION_GRID_MAX points.
 
-        It is the numerical basis of kc on a grid of spacing REGION_SPACING lengthscales: a
-        smooth kernel's vectors between grid points lie in the grid's span (to ~1e-13 where the
-        grid has many points per axis; not in boxes under a lengthscale wide), and
-        `ucb_in_region` checks that every context set it is given does. It keeps numpy's rank
-        whatever `basis_tolerance` says: that check (REGION_RESIDUAL_MAX) would refuse a cut
-        basis's projections."""
+        It is the numerical basis of kc on a grid of spacing REGION_SPACING lengthscales, cut
+        as `basis_tolerance` says: a smooth kernel's vectors between grid points lie in the
+        grid's span as closely as the grid's own (to ~1e-13 at numpy's rank where the grid has
+        many points per axis; not in boxes under a lengthscale wide), and `projected` checks
+        that every context set it is given does, to the region's `residual_max`."""
         if not self.context_basis:
             return None
         dim_c = box.shape[-1]
@@ -292,18 +303,22 @@ class GaussianProcess:
         axes = [torch.linspace(float(lo), float(hi), count, dtype=self.train_x.dtype, device=self.train_x.device)
                 for lo, hi, count in zip(low, high, counts)]
         grid = torch.cartesian_prod(*axes).reshape(-1, dim_c)
-        basis, _ = numerical_basis(rbf(grid, self.train_x[:, -dim_c:], ls_c))
-        return basis
+        vectors = rbf(grid, self.train_x[:, -dim_c:], ls_c)
+        basis, coefficients = numerical_basis(vectors, self.basis_tolerance)
+        if self.basis_tolerance == 0.0:
+            return Region(basis, REGION_RESIDUAL_MAX)
+        residual = float((vectors - coefficients @ basis.T).abs().max())
+        return Region(basis, max(REGION_RESIDUAL_MAX, REGION_RESIDUAL_FACTOR * residual))
 
-    def ucb_in_region(self, x: Tensor, contexts: Tensor, region: Tensor, beta: float) -> Tensor | None:
+    def ucb_in_region(self, x: Tensor, contexts: Tensor, region: Region, beta: float) -> Tensor | None:
         """UCB [b, N] at every pair (x_b, c_j) on the basis route, with the contexts' vectors
         projected onto `region` (a `region_basis`): a_j = V^T kc_j and k^T K^{-1} k =
         a_j^T B_b a_j (`_basis_forms`). None where some context's vector is
-        further than REGION_RESIDUAL_MAX from the basis's span, or where the basis is so large
-        that the direct [n, n] forms need fewer multiply-adds (two context dimensions, say).
-        Differentiable in x."""
+        further than the region's `residual_max` from the basis's span, or where the basis is so
+        large that the direct [n, n] forms need fewer multiply-adds (two context dimensions,
+        say). Differentiable in x."""
         (b, dim_x), m = x.shape, contexts.shape[0]
-        n, r = region.shape
+        n, r = region.basis.shape
         # multiply-adds: the forms B_b and their products with the coefficients, plus the
         # projection and its check (once per call), against an [n, n] form per candidate; the
         # direct route's one large product runs about twice as fast per multiply-add (measured)
@@ -319,7 +334,7 @@ class GaussianProcess:
         for chunk in x.split(REGION_CHUNK):
             k_x = rbf(chunk, train_x, ls_x)  # [c, n]
             c = k_x.shape[0]
-            forms = self._basis_forms(k_x, region)  # [c, r, r]
+            forms = self._basis_forms(k_x, region.basis)  # [c, r, r]
             # a_j^T B_b a_j: one product with the forms side by side (twice a batched product's speed)
             products = coefficients @ forms.transpose(0, 1).reshape(r, c * r)  # [N, c * r]
             quad = (products.view(-1, c, r) * coefficients.unsqueeze(1)).sum(-1).T  # [c, N]
@@ -652,11 +667,12 @@ def numerical_basis(vectors: Tensor, relative_tolerance: float = 0.0) -> tuple[T
     return right_t[:rank].T, left[:, :rank] * singular[:rank]
 
 
-def projected(vectors: Tensor, basis: Tensor) -> tuple[Tensor, Tensor] | None:
-    """(basis, coefficients [rows, r]) of `vectors` [rows, n] in an orthonormal `basis` [n, r];
-    None where some vector is further than REGION_RESIDUAL_MAX from its span."""
+def projected(vectors: Tensor, region: Region) -> tuple[Tensor, Tensor] | None:
+    """(basis, coefficients [rows, r]) of `vectors` [rows, n] in the region's orthonormal basis
+    [n, r]; None where some vector is further than the region's `residual_max` from its span."""
+    basis = region.basis
     coefficients = vectors @ basis
-    if float((vectors - coefficients @ basis.T).abs().max()) > REGION_RESIDUAL_MAX:
+    if float((vectors - coefficients @ basis.T).abs().max()) > region.residual_max:
         return None
     return basis, coefficients
 
