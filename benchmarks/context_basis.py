@@ -10,7 +10,8 @@ the basis route is nearer a direct Cholesky solve).
 rows * eps (`0`, the records of 0.17.0 and the reference profile's), or sigma_1 * 1e-11 (the
 paper profile's 0.18.0-0.20.0), which matters on two context dimensions (Branin, the
 portfolios), where numpy's cut keeps 50-80 of 99 vectors (the kernels take V = I above ~75).
-`--compare cut`: sigma_1 * 1e-11 or sigma_1 * 1e-9 (the paper profile's since 0.21.0).
+`--compare cut`: 0.20.0's cuts (sigma_1 * 1e-11; a box's basis at numpy's rank) or 0.21.0's
+(both at sigma_1 * 1e-9, option `region_tolerance` for the box's: the paper profile's since 0.21.0).
 
 `--compare forms`: how a torch call on the basis route forms its candidates' B_b (option
 `basis_forms`): one small product per candidate (`batched`, torch's bmm) or one product with
@@ -19,13 +20,15 @@ V^T for all of them (`one_product`); the same values to ~1e-15, the screening pa
 Either is enough for one seed's trajectories to part after a few BO steps, so the routes are
 compared over seeds, paired (`paired_variants.py`). `--accuracy` prints instead how far each
 rank cut's posterior variances are from a direct solve (`GaussianProcess.posterior`), beside
-how far the V = I route's (an [n, n] form through K^{-1}) are.
+how far the V = I route's (an [n, n] form through K^{-1}) are; `--region`, how far fresh
+contexts inside and beyond a box lie from the span of the box's cut basis.
 
     .venv/bin/python benchmarks/context_basis.py                       # ERBO, WDRBO, SBO-KDE on Ackley, 6 seeds
     .venv/bin/python benchmarks/context_basis.py --algorithms sbo-kde stableopt --problems ackley newsvendor --seeds 10
     .venv/bin/python benchmarks/context_basis.py --compare tolerance --algorithms sbo-kde drbo-kde \\
         drbo-mmd-minimax --problems modified-branin portfolio-uniform portfolio-normal --seeds 8
     .venv/bin/python benchmarks/context_basis.py --accuracy --problems modified-branin portfolio-uniform
+    .venv/bin/python benchmarks/context_basis.py --region --problems modified-branin portfolio-uniform ackley
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ ACCURACY_TOLERANCES = (0.0, 1e-11, 1e-10, 1e-9, 1e-8)
 COMPARISONS: dict[str, dict[str, dict[str, object]]] = {
     "route": {"pairs": {"context_basis": False}, "basis": {"context_basis": True}},
     "tolerance": {"numpy": {"basis_tolerance": 0.0}, "1e-11": {"basis_tolerance": 1e-11}},
-    "cut": {"1e-11": {"basis_tolerance": 1e-11}, "1e-9": {"basis_tolerance": 1e-9}},
+    "cut": {"0.20.0": {"basis_tolerance": 1e-11, "region_tolerance": 0.0},
+            "0.21.0": {"basis_tolerance": 1e-9, "region_tolerance": 1e-9}},
     "forms": {"batched": {"basis_forms": "batched"}, "one_product": {"basis_forms": "one_product"}},
 }
 
@@ -90,15 +94,64 @@ def accuracy(problems: list[str], points: int = 99, contexts: int = 512, candida
     print(f"(r: the basis's rank of n = {points}; cut 0: numpy's rank tolerance, sigma_1 * rows * eps)")
 
 
+def region(problems: list[str], points: int = 99, contexts: int = 1024) -> None:
+    """For the basis of a box's fresh contexts (`GaussianProcess.region_basis`, the problem's
+    context box) at each rank cut: its rank, the largest projection residual of the grid it is
+    built from, of `contexts` uniform contexts inside the box, and of as many beyond it (up to
+    30 % of its width past the upper bound), with the check's allowance (`Region.residual_max`)."""
+    import torch
+
+    from wdrbo_dist.models.gp import GaussianProcess, fit_gp, rbf
+    from wdrbo_dist.problems import make_problem
+
+    print(f"largest projection residual onto the box's basis, GP on {points} random observations (seed 0): "
+          "grid / inside / beyond (allowed)")
+    print(f"{'problem':<18} " + " ".join(f"{f'cut {t:g}':>44}" for t in ACCURACY_TOLERANCES))
+    for name in problems:
+        problem = make_problem(name)
+        generator = torch.Generator().manual_seed(0)
+        x = torch.rand(points, problem.dim_x, generator=generator, dtype=torch.float64)
+        observed = problem.observe(x, generator)
+        fitted, _ = fit_gp(torch.cat([x, observed.context], -1), observed.y, generator)
+        box = problem.context_bounds.to(torch.float64)
+        width = box[1] - box[0]
+        inside = box[0] + width * torch.rand(contexts, problem.dim_c, generator=generator, dtype=torch.float64)
+        beyond = box[1] + 0.3 * width * torch.rand(contexts, problem.dim_c, generator=generator, dtype=torch.float64)
+        cells = []
+        for tolerance in ACCURACY_TOLERANCES:
+            model = GaussianProcess(fitted.train_x, fitted.train_y, fitted.lengthscale, fitted.noise,
+                                    fitted.mean_constant, context_basis=True, region_tolerance=tolerance)
+            found = model.region_basis(box)
+            if found is None:
+                cells.append(f"{'no region (grid too large)':>44}")
+                continue
+            basis = found.basis
+
+            def residual(contexts: torch.Tensor) -> float:
+                vectors = rbf(contexts, fitted.train_x[:, problem.dim_x:], fitted.lengthscale[problem.dim_x:])
+                return float((vectors - (vectors @ basis) @ basis.T).abs().max())
+
+            steps = [torch.linspace(float(lo), float(hi), 9, dtype=torch.float64) for lo, hi in zip(box[0], box[1])]
+            grid = torch.cartesian_prod(*steps).reshape(-1, problem.dim_c)  # points on and between its grid
+            cells.append(f"r {basis.shape[1]:2d}: {residual(grid):.0e} / {residual(inside):.0e} / "
+                         f"{residual(beyond):.0e} ({found.residual_max:.0e})")
+        print(f"{name:<18} " + " ".join(f"{cell:>44}" for cell in cells))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(parser, problems=["ackley"], seeds=6, algorithms=["erbo", "wdrbo", "sbo-kde"])
     parser.add_argument("--compare", choices=list(COMPARISONS), default="route", help="which two routes to run")
     parser.add_argument("--fidelity", default="paper", choices=["paper", "reference"])
     parser.add_argument("--accuracy", action="store_true", help="the variances' errors instead of runs (--problems)")
+    parser.add_argument("--region", action="store_true",
+                        help="the fresh contexts' projection residuals instead of runs (--problems)")
     args = parser.parse_args()
     if args.accuracy:
         accuracy(args.problems)
+        return
+    if args.region:
+        region(args.problems)
         return
     compare(args.algorithms, args.problems, COMPARISONS[args.compare], args.seeds, args.evaluations, args.fidelity,
             args.workers, first_seed=args.first_seed)

@@ -67,10 +67,10 @@ def test_profiles_differ_where_the_reference_has_a_fault() -> None:
     assert not np.allclose(paper.loc[~initial, "x_0"], reference.loc[~initial, "x_0"])
     # ... and a switch of spec 9 overrides the profile back (with the paper profile's GP fit and
     # Adam step, routes that change the last digits, not the method: options gp_objective,
-    # adam_pass, stable_compiled_gradient, fresh_exp, basis_tolerance, basis_forms).
+    # adam_pass, stable_compiled_gradient, fresh_exp, basis_tolerance, region_tolerance, basis_forms).
     fixed = _run("stableopt", "ackley", "reference", seed=11,
                  options={"stable_box_sign_bug": False, "gp_objective": "compiled", "adam_pass": "compiled",
-                          "stable_compiled_gradient": True, "fresh_exp": "polynomial", "basis_tolerance": 1e-9,
+                          "stable_compiled_gradient": True, "fresh_exp": "polynomial", "basis_tolerance": 1e-9, "region_tolerance": 1e-9,
                           "basis_forms": "one_product"})
     pd.testing.assert_frame_equal(deterministic_part(paper), deterministic_part(fixed), check_exact=True)
 

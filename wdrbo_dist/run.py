@@ -279,6 +279,7 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
                             context_basis=bool(algorithm.options["context_basis"]),
                             context_forms=bool(algorithm.options["context_forms"]),
                             basis_tolerance=float(algorithm.options["basis_tolerance"]),
+                            region_tolerance=float(algorithm.options["region_tolerance"]),
                             forms_in_one_product=algorithm.options["basis_forms"] == "one_product",
                             compiled_objective=algorithm.options["gp_objective"] == "compiled")
         time_fit = time.perf_counter() - t

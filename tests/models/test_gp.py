@@ -339,7 +339,7 @@ def test_a_region_basis_spans_the_context_vectors_of_its_whole_box() -> None:
 
 
 def test_a_region_basis_cut_at_the_tolerance_checks_projections_against_its_own_grid() -> None:
-    """With `basis_tolerance` the region's basis is cut as a fixed context set's is; its
+    """With `region_tolerance` the region's basis is cut as a fixed context set's is; its
     projection check then allows REGION_RESIDUAL_FACTOR times the grid's own residual: contexts
     inside the box pass it (their vectors lie as near the span as the grid's), contexts
     beyond it do not, and the UCB moves by far less than the noise floor's sd (0.01)."""
@@ -347,7 +347,7 @@ def test_a_region_basis_cut_at_the_tolerance_checks_projections_against_its_own_
     fitted, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
     box = torch.tensor([[0.1, 0.1], [0.9, 0.9]], dtype=torch.float64)
     exact_model, cut_model = (GaussianProcess(fitted.train_x, fitted.train_y, fitted.lengthscale, fitted.noise,
-                                              fitted.mean_constant, context_basis=True, basis_tolerance=tolerance)
+                                              fitted.mean_constant, context_basis=True, region_tolerance=tolerance)
                               for tolerance in (0.0, 1e-9))
     exact, cut = exact_model.region_basis(box), cut_model.region_basis(box)
     assert exact is not None and cut is not None

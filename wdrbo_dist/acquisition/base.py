@@ -90,8 +90,13 @@ COMMON_OPTIONS: dict[str, Option] = {
     # 1e-9 keeps 20-24 fewer and the variances are within ~5e-8 of a direct solve (numpy's cut:
     # ~5e-12), far inside the noise floor (NOISE_MIN 1e-4: sigma >= ~0.01 at the data, where the
     # UCB then moves by < 4e-6). benchmarks/context_basis.py --accuracy measures that,
-    # --compare tolerance / cut runs numpy's against 1e-11 / 1e-11 against 1e-9 over seeds.
+    # --compare tolerance / cut runs numpy's against 1e-11 / 0.20.0 against 0.21.0 over seeds.
     "basis_tolerance": Option(1e-9, 0.0),
+    # The same cut for the basis of a box's fresh contexts (StableOpt's box, DRBO-KDE's m(x) box:
+    # `GaussianProcess.region_basis`), whose projections are then checked against the box grid's
+    # own residual: numpy's rank and a 1e-11 check (`0`, the reference profile's, the records of
+    # 0.20.0) or sigma_1 * this (the paper profile's since 0.21.0). --region measures the residuals.
+    "region_tolerance": Option(1e-9, 0.0),
     # On that basis route, the candidates' forms B_b = (kx_b * V)^T K^{-1} (kx_b * V) of a torch
     # call (the screening pass's 512 candidates): `batched`, one small [r, n] x [n, r] product
     # per candidate (torch's bmm, ~3 GMAC/s here: half the screening pass; the reference

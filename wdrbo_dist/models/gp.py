@@ -47,7 +47,7 @@ COMPILED_TAIL_MIN_CONTEXTS = 256
 # gets too few points, and its contexts often fail the check: README, stop 39), the largest
 # grid, and the projection residual above which a context set is not in the basis's span
 # (`ucb_in_region` and the compiled kernels then take V = I): REGION_RESIDUAL_MAX for numpy's
-# rank; for a basis cut at `basis_tolerance`, REGION_RESIDUAL_FACTOR times the grid's own
+# rank; for a basis cut at `region_tolerance`, REGION_RESIDUAL_FACTOR times the grid's own
 # largest residual, if larger (contexts inside the box lie within ~1.5x it, outside ~100x:
 # benchmarks/context_basis.py --region).
 REGION_SPACING = 0.125
@@ -140,10 +140,12 @@ class GaussianProcess:
         context_forms: bool = False,
         basis_tolerance: float = 0.0,
         forms_in_one_product: bool = False,
+        region_tolerance: float = 0.0,
     ) -> None:
         self.train_x = train_x
         self.context_basis = context_basis  # the route of `context_features` (see `ucb_pairs`)
         self.basis_tolerance = basis_tolerance  # the relative rank cut of a context set's basis
+        self.region_tolerance = region_tolerance  # the same for a box's basis (`region_basis`)
         self.forms_in_one_product = forms_in_one_product  # how `_basis_forms` multiplies
         self.context_forms = context_forms  # the route of `ucb_from_features` for few candidates
         self._basis_triangles: dict[int, tuple[Tensor, Tensor]] = {}
@@ -288,7 +290,7 @@ class GaussianProcess:
         the basis route is off or the box needs a grid above REGION_GRID_MAX points.
 
         It is the numerical basis of kc on a grid of spacing REGION_SPACING lengthscales, cut
-        as `basis_tolerance` says: a smooth kernel's vectors between grid points lie in the
+        as `region_tolerance` says: a smooth kernel's vectors between grid points lie in the
         grid's span as closely as the grid's own (to ~1e-13 at numpy's rank where the grid has
         many points per axis; not in boxes under a lengthscale wide), and `projected` checks
         that every context set it is given does, to the region's `residual_max`."""
@@ -304,8 +306,8 @@ class GaussianProcess:
                 for lo, hi, count in zip(low, high, counts)]
         grid = torch.cartesian_prod(*axes).reshape(-1, dim_c)
         vectors = rbf(grid, self.train_x[:, -dim_c:], ls_c)
-        basis, coefficients = numerical_basis(vectors, self.basis_tolerance)
-        if self.basis_tolerance == 0.0:
+        basis, coefficients = numerical_basis(vectors, self.region_tolerance)
+        if self.region_tolerance == 0.0:
             return Region(basis, REGION_RESIDUAL_MAX)
         residual = float((vectors - coefficients @ basis.T).abs().max())
         return Region(basis, max(REGION_RESIDUAL_MAX, REGION_RESIDUAL_FACTOR * residual))
@@ -734,10 +736,10 @@ class _MapObjective:
 def fit_gp(
     train_x: Tensor, train_y: Tensor, generator: torch.Generator, context_basis: bool = False,
     context_forms: bool = False, compiled_objective: bool = False, basis_tolerance: float = 0.0,
-    forms_in_one_product: bool = False,
+    forms_in_one_product: bool = False, region_tolerance: float = 0.0,
 ) -> tuple[GaussianProcess, FitReport]:
     """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes (`context_basis`,
-    `context_forms`, `basis_tolerance`, `forms_in_one_product`: the routes the fitted model
+    `context_forms`, `basis_tolerance`, `forms_in_one_product`, `region_tolerance`: the routes the fitted model
     takes for context sets, see `GaussianProcess.ucb_pairs`, `quadratic_forms`, `_basis_forms`;
     `compiled_objective`: the objective's numba kernels, models/compiled_fit.py, rather than
     NumPy's `_MapObjective`).
@@ -797,5 +799,6 @@ def fit_gp(
         context_forms=context_forms,
         basis_tolerance=basis_tolerance,
         forms_in_one_product=forms_in_one_product,
+        region_tolerance=region_tolerance,
     )
     return model, FitReport(attempts=attempts, converged=converged, neg_log_posterior=best[0])
