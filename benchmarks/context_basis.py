@@ -96,16 +96,17 @@ def accuracy(problems: list[str], points: int = 99, contexts: int = 512, candida
 
 def region(problems: list[str], points: int = 99, contexts: int = 1024) -> None:
     """For the basis of a box's fresh contexts (`GaussianProcess.region_basis`, the problem's
-    context box) at each rank cut: its rank, the largest projection residual of the grid it is
-    built from, of `contexts` uniform contexts inside the box, and of as many beyond it (up to
-    30 % of its width past the upper bound), with the check's allowance (`Region.residual_max`)."""
+    context box) at each rank cut: its rank, the largest projection residual of the contexts
+    on a lattice of 9 points per axis of the box, of `contexts` uniform contexts inside it, and
+    of as many beyond it (up to 30 % of its width past the upper bound), with the check's
+    allowance (`Region.residual_max`)."""
     import torch
 
     from wdrbo_dist.models.gp import GaussianProcess, fit_gp, rbf
     from wdrbo_dist.problems import make_problem
 
     print(f"largest projection residual onto the box's basis, GP on {points} random observations (seed 0): "
-          "grid / inside / beyond (allowed)")
+          "9-point lattice / inside / beyond (allowed)")
     print(f"{'problem':<18} " + " ".join(f"{f'cut {t:g}':>44}" for t in ACCURACY_TOLERANCES))
     for name in problems:
         problem = make_problem(name)
@@ -132,8 +133,8 @@ def region(problems: list[str], points: int = 99, contexts: int = 1024) -> None:
                 return float((vectors - (vectors @ basis) @ basis.T).abs().max())
 
             steps = [torch.linspace(float(lo), float(hi), 9, dtype=torch.float64) for lo, hi in zip(box[0], box[1])]
-            grid = torch.cartesian_prod(*steps).reshape(-1, problem.dim_c)  # points on and between its grid
-            cells.append(f"r {basis.shape[1]:2d}: {residual(grid):.0e} / {residual(inside):.0e} / "
+            lattice = torch.cartesian_prod(*steps).reshape(-1, problem.dim_c)
+            cells.append(f"r {basis.shape[1]:2d}: {residual(lattice):.0e} / {residual(inside):.0e} / "
                          f"{residual(beyond):.0e} ({found.residual_max:.0e})")
         print(f"{name:<18} " + " ".join(f"{cell:>44}" for cell in cells))
 
