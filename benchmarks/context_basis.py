@@ -48,6 +48,22 @@ COMPARISONS: dict[str, dict[str, dict[str, object]]] = {
 }
 
 
+def _fitted(name: str, points: int):  # type: ignore[no-untyped-def]
+    """(problem, observed x, the observation, the GP fitted on them, the generator after them)
+    for `points` random decisions of problem `name` (seed 0)."""
+    import torch
+
+    from wdrbo_dist.models.gp import fit_gp
+    from wdrbo_dist.problems import make_problem
+
+    problem = make_problem(name)
+    generator = torch.Generator().manual_seed(0)
+    x = torch.rand(points, problem.dim_x, generator=generator, dtype=torch.float64)
+    observed = problem.observe(x, generator)
+    model, _ = fit_gp(torch.cat([x, observed.context], -1), observed.y, generator)
+    return problem, x, observed, model, generator
+
+
 def accuracy(problems: list[str], points: int = 99, contexts: int = 512, candidates: int = 200) -> None:
     """Posterior variances at `candidates` decisions (half near the data, half uniform) x
     `contexts` KDE samples of a GP fitted on `points` random observations, by each rank cut and
@@ -56,18 +72,13 @@ def accuracy(problems: list[str], points: int = 99, contexts: int = 512, candida
     import torch
 
     from wdrbo_dist.acquisition.kde import kde_samples
-    from wdrbo_dist.models.gp import VARIANCE_FLOOR, fit_gp, numerical_basis, rbf
-    from wdrbo_dist.problems import make_problem
+    from wdrbo_dist.models.gp import VARIANCE_FLOOR, numerical_basis, rbf
 
     print(f"max |variance - posterior()'s| over {candidates} decisions x {contexts} KDE samples, "
           f"GP on {points} random observations (seed 0)")
     print(f"{'problem':<18} {'V = I':>9} " + " ".join(f"{f'cut {t:g}':>16}" for t in ACCURACY_TOLERANCES))
     for name in problems:
-        problem = make_problem(name)
-        generator = torch.Generator().manual_seed(0)
-        x = torch.rand(points, problem.dim_x, generator=generator, dtype=torch.float64)
-        observed = problem.observe(x, generator)
-        model, _ = fit_gp(torch.cat([x, observed.context], -1), observed.y, generator)
+        problem, x, observed, model, generator = _fitted(name, points)
         samples = kde_samples(observed.context, contexts, problem.context_bounds, generator)
         half = min(candidates // 2, points)
         near = (x[:half] + 0.01 * torch.randn(half, problem.dim_x, generator=generator, dtype=torch.float64)).clamp(0, 1)
@@ -102,18 +113,13 @@ def region(problems: list[str], points: int = 99, contexts: int = 1024) -> None:
     allowance (`Region.residual_max`)."""
     import torch
 
-    from wdrbo_dist.models.gp import GaussianProcess, fit_gp, rbf
-    from wdrbo_dist.problems import make_problem
+    from wdrbo_dist.models.gp import GaussianProcess, rbf
 
     print(f"largest projection residual onto the box's basis, GP on {points} random observations (seed 0): "
           "9-point lattice / inside / beyond (allowed)")
     print(f"{'problem':<18} " + " ".join(f"{f'cut {t:g}':>44}" for t in ACCURACY_TOLERANCES))
     for name in problems:
-        problem = make_problem(name)
-        generator = torch.Generator().manual_seed(0)
-        x = torch.rand(points, problem.dim_x, generator=generator, dtype=torch.float64)
-        observed = problem.observe(x, generator)
-        fitted, _ = fit_gp(torch.cat([x, observed.context], -1), observed.y, generator)
+        problem, _, _, fitted, generator = _fitted(name, points)
         box = problem.context_bounds.to(torch.float64)
         width = box[1] - box[0]
         inside = box[0] + width * torch.rand(contexts, problem.dim_c, generator=generator, dtype=torch.float64)

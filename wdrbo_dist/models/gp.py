@@ -285,7 +285,7 @@ class GaussianProcess:
         return torch.stack([k_g, *(-k_g * diff[..., d] for d in range(dim_c))])
 
     def region_basis(self, box: Tensor) -> Region | None:
-        """An orthonormal basis [n, r] of the context vectors kc(c) of every c in `box` [2, d_c]
+        """A `Region`: an orthonormal basis [n, r] of the context vectors kc(c) of every c in `box` [2, d_c]
         (either bound may be the larger), for contexts drawn afresh at every call; None where
         the basis route is off or the box needs a grid above REGION_GRID_MAX points.
 
