@@ -48,8 +48,8 @@ COMPILED_TAIL_MIN_CONTEXTS = 256
 # grid, and the projection residual above which a context set is not in the basis's span
 # (`ucb_in_region` and the compiled kernels then take V = I): REGION_RESIDUAL_MAX for numpy's
 # rank; for a basis cut at `region_tolerance`, REGION_RESIDUAL_FACTOR times the grid's own
-# largest residual, if larger (contexts inside the box lie within ~1.5x it, outside ~100x:
-# benchmarks/context_basis.py --region).
+# largest residual, if larger (contexts inside the box lie within 1-2.5x it, beyond it 100x
+# or more, but where a long lengthscale spans both: benchmarks/context_basis.py --region).
 REGION_SPACING = 0.125
 REGION_GRID_MAX = 4096
 REGION_RESIDUAL_MAX = 1e-11
