@@ -38,7 +38,9 @@ from pathlib import Path
 
 import yaml
 
-from local_servers import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for the tests' helpers
+
+from tests.support.local_servers import (  # noqa: E402
     add_worker_node, node_raylet, processes, start_mlflow_server, started_ray_cluster, stop, wait_for,
 )
 

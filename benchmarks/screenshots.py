@@ -16,11 +16,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for the tests' helpers
 
-from chromium_cdp import ensure_chromium, load_page  # noqa: E402
-from local_servers import start_mlflow_ui, stop, wait_for  # noqa: E402
+from tests.support.chromium_cdp import ensure_chromium, load_page  # noqa: E402
+from tests.support.local_servers import start_mlflow_ui, stop, wait_for  # noqa: E402
 from wdrbo_dist.analysis.report import study_folder  # noqa: E402
 from wdrbo_dist.config import load_study_config  # noqa: E402
 from wdrbo_dist.mlflow_views import comparison_view, study_view  # noqa: E402

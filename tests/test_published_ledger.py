@@ -8,14 +8,11 @@ not needed: these tests write pickles of the shape its main.py writes.
 from __future__ import annotations
 
 import pickle
-import sys
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from published import LEDGER_KINDS, PublishedRun, read_ledger, record_in_ledger  # noqa: E402
+from benchmarks.fidelity.published import LEDGER_KINDS, PublishedRun, read_ledger, record_in_ledger
 
 
 def write_pickles(run: PublishedRun, cache: Path, rng: np.random.Generator) -> dict[str, object]:

@@ -6,11 +6,12 @@ Method per problem: a dense grid or many quasi-random starts, then multi-start L
 (autograd gradients of `expected_value`) or bounded Brent in 1-D; closed forms where they exist
 (Ackley's pointwise argmax, the Newsvendor median, the toy's stationarity equation).
 
-Usage: .venv/bin/python benchmarks/compute_optima.py   (about two minutes on one thread)
+Usage: .venv/bin/python benchmarks/fidelity/compute_optima.py   (about two minutes on one thread)
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import numpy as np
@@ -121,6 +122,7 @@ def toy() -> tuple[np.ndarray, float]:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     torch.set_num_threads(1)
     results = {
         "ackley": ackley(),

@@ -16,9 +16,9 @@ package version runs again). Published runs are also kept in the committed ledge
 (published.py), so they are run once per project, not once per machine. `--table-only`
 prints what the ledger and the cache hold without running.
 
-    .venv/bin/python benchmarks/fidelity.py --published /scratch/published --seeds 10
-    .venv/bin/python benchmarks/fidelity.py --published /scratch/published --table-only
-    .venv/bin/python benchmarks/fidelity.py --published /scratch/published \\
+    .venv/bin/python benchmarks/fidelity/fidelity.py --published /scratch/published --seeds 10
+    .venv/bin/python benchmarks/fidelity/fidelity.py --published /scratch/published --table-only
+    .venv/bin/python benchmarks/fidelity/fidelity.py --published /scratch/published \\
         --cells wdrbo:ackley erbo:newsvendor --seeds 3 --workers 2
 """
 
@@ -33,8 +33,6 @@ import time
 from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from wdrbo_dist.threads import default_thread_environment  # noqa: E402
 

@@ -7,11 +7,12 @@ optimiser class; its acquisition class with the arguments its `run_opt` passes),
 the acquisition on the candidates, and maximises it with BoTorch's `optimize_acqf` and the
 optimiser's settings. Writes a JSON answer. Imports nothing of wdrbo_dist (not installed here).
 
-    PUBLISHED/venv/bin/python benchmarks/fidelity_probe.py PUBLISHED request.json answer.json
+    PUBLISHED/venv/bin/python benchmarks/fidelity/fidelity_probe.py PUBLISHED request.json answer.json
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import sys
@@ -19,7 +20,12 @@ import time
 
 
 def main() -> None:
-    folder, request_path, answer_path = sys.argv[1:4]
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("published", help="the published code's checkout")
+    parser.add_argument("request", help="the JSON request fidelity_replay.py writes")
+    parser.add_argument("answer", help="where the JSON answer goes")
+    args = parser.parse_args()
+    folder, request_path, answer_path = args.published, args.request, args.answer
     sys.path.insert(0, folder)
     import torch
     from botorch.acquisition.analytic import UpperConfidenceBound

@@ -23,7 +23,7 @@ from the published run in the ledger or the cache of `fidelity.py` (run that fir
 algorithm, problem and seed), or with `--history ours` from our `reference` run of the same
 seed (run here): then both codes are asked what they would do next on our trajectory.
 
-    .venv/bin/python benchmarks/fidelity_replay.py --published /scratch/published \\
+    .venv/bin/python benchmarks/fidelity/fidelity_replay.py --published /scratch/published \\
         --algorithm erbo --problem ackley --seed 200 --steps 5 10 20 40 70 99
 """
 
@@ -35,8 +35,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from wdrbo_dist.threads import default_thread_environment  # noqa: E402
 
@@ -93,7 +91,7 @@ def published_history(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Ten
     run = PublishedRun(args.algorithm, args.problem, args.seed)
     if not run.done(cache):
         raise SystemExit(f"no published run of {args.algorithm} on {args.problem} seed {args.seed} in {cache}: "
-                         "run benchmarks/fidelity.py for that cell first")
+                         "run benchmarks/fidelity/fidelity.py for that cell first")
     data = run.load(cache)
     x = torch.as_tensor(np.asarray(data["X"]), dtype=torch.float64)
     c = torch.as_tensor(np.asarray(data["contexts"]), dtype=torch.float64).reshape(x.shape[0], -1)

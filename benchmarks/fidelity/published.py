@@ -11,14 +11,14 @@ pickles it writes. Set-up (once, outside the project):
 
 (its requirements.txt pins these; the CPU build of torch 2.13.0 works with them).
 
-Every finished run is also appended to the ledger, `benchmarks/data/published_runs.jsonl`, which
+Every finished run is also appended to the ledger, `benchmarks/fidelity/data/published_runs.jsonl`, which
 is committed: a published run costs minutes to a quarter of an hour here, and a scratch folder
-does not outlive its machine (the 120 runs of the first sessions were lost that way). A run in
-the ledger is not run again, and `load` reads it from there when its pickles are gone.
+does not outlive its machine. A run in the ledger is not run again, and `load` reads it from there when its pickles are gone.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pickle
@@ -176,3 +176,20 @@ def record_in_ledger(run: PublishedRun, cache: Path, ledger: Path = LEDGER) -> b
         with ledger.open("a") as handle:  # one write of one line: a crash leaves at most a torn last line
             handle.write(("\n" if torn else "") + json.dumps(entry) + "\n")
     return True
+
+
+def main() -> None:
+    """Print how many published runs the ledger holds per algorithm x problem."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ledger", type=Path, default=LEDGER)
+    args = parser.parse_args()
+    cells: dict[tuple[str, str], list[int]] = {}
+    for entry in read_ledger(args.ledger).values():
+        cells.setdefault((entry["algorithm"], entry["problem"]), []).append(entry["seed"])
+    for (algorithm, problem), seeds in sorted(cells.items()):
+        print(f"{algorithm:<17} {problem:<18} {len(seeds):>3} runs, seeds {min(seeds)}..{max(seeds)}")
+    print(f"{sum(len(s) for s in cells.values())} runs in {args.ledger}")
+
+
+if __name__ == "__main__":
+    main()

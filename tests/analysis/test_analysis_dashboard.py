@@ -7,16 +7,12 @@ Chromium is Debian's package; the fixture installs it with apt when it is missin
 from __future__ import annotations
 
 import re
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from analysis_fakes import fill_store, make_study
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from chromium_cdp import ensure_chromium, load_page  # noqa: E402
+from tests.support.chromium_cdp import ensure_chromium, load_page
 from wdrbo_dist.analysis.load import load_study
 from wdrbo_dist.analysis.report import build_report
 

@@ -1,18 +1,16 @@
 """Real servers for the integration tests, shared per session: a two-node Ray cluster and an
 MLflow tracking server, both on 127.0.0.1, both stopped by PID in the finalizers (see
-benchmarks/local_servers.py, which `chaos.py` shares)."""
+tests/support/local_servers.py, which benchmarks/chaos.py shares)."""
 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from local_servers import (  # noqa: E402
+from tests.support.local_servers import (
     MlflowServer, RayCluster, start_mlflow_server, started_ray_cluster, stop, wait_for,
 )
 

@@ -16,7 +16,7 @@ import torch
 import yaml
 from mlflow.tracking import MlflowClient
 
-from local_servers import processes
+from tests.support.local_servers import processes
 from wdrbo_dist.records import deterministic_part
 from wdrbo_dist.config import load_study_config
 from wdrbo_dist.run import RunResult, RunSpec, run_one

@@ -19,7 +19,7 @@ from wdrbo_dist.store import ResultStore
 from wdrbo_dist.study import EXIT_UNAVAILABLE
 
 from conftest import start_mlflow_server, started_ray_cluster, stop, wait_for
-from local_servers import node_raylet, processes
+from tests.support.local_servers import node_raylet, processes
 from test_cluster import CLI, _task_processes, finished_once, write_study
 
 pytestmark = pytest.mark.integration

@@ -1,18 +1,16 @@
-"""The test harness's own rules (benchmarks/local_servers.py), with a stand-in `ray` program:
+"""The test harness's own rules (tests/support/local_servers.py), with a stand-in `ray` program:
 a node that times out during start-up is started once more; any other exit is an error."""
 
 from __future__ import annotations
 
 import os
 import stat
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-import local_servers  # noqa: E402
-from local_servers import STARTUP_TIMEOUT, RayCluster, add_worker_node, stop  # noqa: E402
+from tests.support import local_servers
+from tests.support.local_servers import STARTUP_TIMEOUT, RayCluster, add_worker_node, stop
 
 # Exits with the given message the first `failures` times it is started (counted in a file),
 # then prints Ray's start-up line and blocks, as `ray start --block` does.

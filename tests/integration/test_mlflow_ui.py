@@ -15,9 +15,9 @@ import re
 import pytest
 import yaml
 
-from chromium_cdp import ensure_chromium, load_page
+from tests.support.chromium_cdp import ensure_chromium, load_page
 from conftest import stop, wait_for
-from local_servers import start_mlflow_ui
+from tests.support.local_servers import start_mlflow_ui
 from wdrbo_dist.cli import main
 from wdrbo_dist.mlflow_views import MLFLOW_UI_DEFAULT
 
