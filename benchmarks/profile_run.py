@@ -38,7 +38,7 @@ from wdrbo_dist.allocator import keep_freed_memory  # noqa: E402
 
 keep_freed_memory()  # as every worker does (backends/task.py, `execute`)
 
-from paired_variants import check_spec  # noqa: E402
+from paired import check_spec  # noqa: E402
 from wdrbo_dist.acquisition import optimize  # noqa: E402
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
