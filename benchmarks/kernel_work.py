@@ -7,7 +7,7 @@ pair and mean-UCB kernels of the Adam steps and the screening pass's pair produc
 of those functions is timed here and its multiply-adds counted from the shapes it is given
 (`*_work` below: the products and the per-pair loops, not the exponentials), then set against
 numpy's matrix product on one core at its best (the faster of a large square product and the
-kernels' typical shape, a [512, 60] x [60, 600] product: on this VM the square one is often the
+kernels' typical shape, a [512, 60] x [60, 600] product: on some machines the square one is the
 slower). "floor" is the run's time with the counted
 kernels at the best rate and everything else as measured: no implementation of the same
 arithmetic runs below it. The records are the same as without the wrappers.
