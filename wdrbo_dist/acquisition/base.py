@@ -78,46 +78,43 @@ COMMON_OPTIONS: dict[str, Option] = {
     # parameter itself leave the box.
     "adam_projected": Option(True, False),
     # The GP's route for a context set (models/gp.py, `ucb_pairs`): a numerical basis of the
-    # context vectors wherever it needs fewer multiply-adds (the default since version 0.6.0:
-    # as accurate, faster where the contexts are many), or always the n(n+1)/2 pair products
-    # and, for contexts drawn afresh, an [n, n] form per candidate (the records of 0.5.0).
-    # benchmarks/context_basis.py compares the two over seeds.
+    # context vectors wherever it needs fewer multiply-adds (as accurate, faster where the
+    # contexts are many), or always the n(n+1)/2 pair products and, for contexts drawn afresh,
+    # an [n, n] form per candidate. benchmarks/paired.py --preset context-basis compares them.
     "context_basis": Option.same(True),
     # The rank of that basis: the singular vectors above numpy's rank tolerance (sigma_1 * rows
-    # * eps, ~1e-13 sigma_1; `0`, the reference profile's, the records of 0.17.0) or above
-    # sigma_1 * this (the paper profile's: 1e-11 in 0.18.0-0.20.0, 1e-9 since 0.21.0). On two
-    # context dimensions the vectors' spectrum decays slowly and numpy's cut keeps 50-80 of 99;
-    # 1e-9 keeps 20-24 fewer and the variances are within ~5e-8 of a direct solve (numpy's cut:
-    # ~5e-12), far inside the noise floor (NOISE_MIN 1e-4: sigma >= ~0.01 at the data, where the
-    # UCB then moves by < 4e-6). benchmarks/context_basis.py --accuracy measures that,
-    # --compare tolerance / cut runs numpy's against 1e-11 / 0.20.0 against 0.21.0 over seeds.
+    # * eps, ~1e-13 sigma_1; `0`, the reference profile's) or above sigma_1 * this (the paper
+    # profile's). On two context dimensions the vectors' spectrum decays slowly and numpy's cut
+    # keeps 50-80 of 99; 1e-9 keeps 20-24 fewer and the variances are within ~5e-8 of a direct
+    # solve (numpy's cut: ~5e-12), far inside the noise floor (NOISE_MIN 1e-4: sigma >= ~0.01 at
+    # the data, where the UCB then moves by < 4e-6). benchmarks/routes.py accuracy measures
+    # that; benchmarks/paired.py --preset basis-tolerance / basis-cut runs the cuts over seeds.
     "basis_tolerance": Option(1e-9, 0.0),
     # The same cut for the basis of a box's fresh contexts (StableOpt's box, DRBO-KDE's m(x) box:
     # `GaussianProcess.region_basis`), whose projections are then checked against the box grid's
-    # own residual: numpy's rank and a 1e-11 check (`0`, the reference profile's, the records of
-    # 0.20.0) or sigma_1 * this (the paper profile's since 0.21.0). --region measures the residuals.
+    # own residual: numpy's rank and a 1e-11 check (`0`, the reference profile's) or sigma_1 *
+    # this (the paper profile's). benchmarks/routes.py region measures the residuals.
     "region_tolerance": Option(1e-9, 0.0),
     # On that basis route, the candidates' forms B_b = (kx_b * V)^T K^{-1} (kx_b * V) of a torch
     # call (the screening pass's 512 candidates): `batched`, one small [r, n] x [n, r] product
-    # per candidate (torch's bmm, ~3 GMAC/s here: half the screening pass; the reference
-    # profile's, the records of 0.18.0), or `one_product`, V^T (kx_b * K^{-1} (kx_b * V)) for
-    # every candidate in one [r, n] x [n, c r] product (the paper profile's since 0.19.0: the
-    # same values to rounding, ~1e-15; a screening call about 30 % faster).
-    # benchmarks/context_basis.py --compare forms runs both over seeds.
+    # per candidate (torch's bmm, slow per multiply-add: half the screening pass; the reference
+    # profile's), or `one_product`, V^T (kx_b * K^{-1} (kx_b * V)) for every candidate in one
+    # [r, n] x [n, c r] product (the paper profile's: the same values to ~1e-15, a screening
+    # call about 30 % faster). benchmarks/paired.py --preset basis-forms runs both over seeds.
     "basis_forms": Option("one_product", "batched", choices=("one_product", "batched")),
     # Where the basis route is not taken (two context dimensions, or early steps), a call with a
     # few candidates (Adam's restarts) computes the variance at every pair as a quadratic form
     # [n, n] per candidate with a closed-form gradient (models/gp.py, `quadratic_forms`), not
-    # the n(n+1)/2 pair products and autograd (the default of the paper profile since version
-    # 0.8.0: the same values to rounding, faster at n >= 48); since 0.9.0 WDRBO's context
-    # gradients at its Lipschitz points, taken outside autograd, go the same way. The reference
-    # profile keeps 0.7.0's records. benchmarks/context_forms.py compares the two over seeds.
+    # the n(n+1)/2 pair products and autograd (the paper profile's: the same values to
+    # rounding, faster at n >= 48, benchmarks/routes.py forms-step); WDRBO's context gradients
+    # at its Lipschitz points, taken outside autograd, go the same way. The reference profile
+    # keeps the pair products. benchmarks/paired.py --preset context-forms compares them.
     "context_forms": Option(True, False),
     # The GP fit's MAP objective and its gradient, ~50 evaluations per BO step: NumPy's
-    # (`numpy`, models/gp.py `_MapObjective`; the records of 0.13.0 and the reference profile's)
-    # or two numba kernels around LAPACK (`compiled`, models/compiled_fit.py; the paper
-    # profile's since 0.14.0: the same values to ~1e-13, a fit 3-5x cheaper).
-    # benchmarks/gp_fit.py times both and compares them over seeds.
+    # (`numpy`, models/gp.py `_MapObjective`; the reference profile's) or two numba kernels
+    # around LAPACK (`compiled`, models/compiled_fit.py; the paper profile's: the same values to
+    # ~1e-13, a fit 3-5x cheaper). benchmarks/routes.py fit times both; benchmarks/paired.py
+    # --preset gp-objective compares them over seeds.
     "gp_objective": Option("compiled", "numpy", choices=("compiled", "numpy")),
 }
 

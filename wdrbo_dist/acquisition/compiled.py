@@ -17,22 +17,19 @@ if TYPE_CHECKING:
 
 # How an Adam step (a few candidates, CPU) gets the acquisition and its x-gradient: by torch's
 # autograd through the GP's routes, WDRBO's L(x) in the mean term's pass (`torch`, the
-# reference profile's: the records of 0.9.0 for WDRBO, of 0.11.0 for ERBO and SBO-KDE, of
-# 0.12.0 for DRBO-KDE and the minimax, of 0.15.0 for DRBO-MMD, of 0.19.0 for GP-UCB), or
-# (`compiled`, the paper profile's since 0.12.0, for DRBO-KDE and the minimax since 0.13.0, for
-# DRBO-MMD since 0.16.0, for GP-UCB since 0.20.0) the mean term, L(x) and their closed-form
-# x-gradients in one numba kernel (`CompiledUCB`), the UCB at every (candidate, context) pair
-# with the x-gradient of any function of them (`CompiledPairs`), or GP-UCB's posterior UCB and
-# its gradient (`CompiledPosteriorUCB`): the same values to rounding, an Adam step 2-15x cheaper.
-# WDRBO's `compiled` needs wdrbo_L_gradient analytic. (0.10.0-0.11.0's paper route, L(x)
-# compiled beside torch's mean term, was replaced by it.)
+# reference profile's), or (`compiled`, the paper profile's) the mean term, L(x) and their
+# closed-form x-gradients in one numba kernel (`CompiledUCB`), the UCB at every (candidate,
+# context) pair with the x-gradient of any function of them (`CompiledPairs`), or GP-UCB's
+# posterior UCB and its gradient (`CompiledPosteriorUCB`): the same values to rounding, an Adam
+# step 2-15x cheaper (benchmarks/routes.py adam-step; benchmarks/paired.py --preset adam-pass).
+# WDRBO's `compiled` needs wdrbo_L_gradient analytic.
 ADAM_PASS = Option("compiled", "torch", choices=("compiled", "torch"))
 
 # How the compiled kernels take the exponentials of contexts drawn afresh at every call
 # (StableOpt's box, DRBO-KDE's m(x) samples: 1,024 or more a call, one per training point each):
-# libm's exp, one call a value (`libm`, the reference profile's; 0.16.0's records), or a
-# polynomial within 1 ulp of it in loops the compiler vectorises (`polynomial`, the paper
-# profile's since 0.17.0: about 3x faster per value, ~10 % of a StableOpt or DRBO-KDE run).
+# libm's exp, one call a value (`libm`, the reference profile's), or a polynomial within 1 ulp
+# of it in loops the compiler vectorises (`polynomial`, the paper profile's: about 3x faster per
+# value, ~10 % of a StableOpt or DRBO-KDE run; benchmarks/paired.py --preset fresh-exp).
 FRESH_EXP = Option("polynomial", "libm", choices=("polynomial", "libm"))
 
 # The compiled pass serves calls of at most this many candidates (Adam's restarts); the

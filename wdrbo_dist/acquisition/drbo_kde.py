@@ -230,7 +230,7 @@ class DRBOKDE(Algorithm):
     colour = "#ff7f0e"
     description = "DRBO-KDE: worst-case mean UCB over a total-variation ball around 1024 KDE samples"
     settings = CHEAP
-    relative_cost = 2.4  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py, 0.21.0: 2.60, 2.21; 0.20.0: 2.49)
+    relative_cost = 2.4  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
         "kde_samples": Option(1024, 1024),
         "min_points": Option(1024, 1024),  # Sobol points for m(x) = min_c UCB(x, c), redrawn every call
@@ -239,7 +239,7 @@ class DRBOKDE(Algorithm):
         "drbokde_closed_form": Option(True, True),  # Project decision 4: same value as the LP, batched
         "drbokde_min_detached": Option(True, True),  # spec 8.15: m(x) adds to the value, not the gradient
         "adam_pass": ADAM_PASS,
-        "fresh_exp": FRESH_EXP,  # m(x)'s exponentials in the compiled pass (since 0.17.0: a polynomial)
+        "fresh_exp": FRESH_EXP,  # m(x)'s exponentials in the compiled pass
     }
 
     def radius(self, n: int) -> float:

@@ -116,10 +116,10 @@ class DRBOMMD(Algorithm):
     colour = "#9467bd"
     description = "DRBO-MMD: worst-case mean UCB over an MMD ball on a 100-point context grid (SOCP per candidate)"
     settings = CHEAP
-    relative_cost = 1.9  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py, 0.21.0: 1.95, 1.77; 0.20.0 + compiled rounds: 1.57)
-    # The other routes, x ERBO: measured against 0.11.0's ERBO (Clarabel's restricted programs
+    relative_cost = 1.9  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
+    # The other routes, x ERBO: measured against a slower ERBO (Clarabel's restricted programs
     # 2.2; the complete program 6.2 with Clarabel, 8.2 with SCS), then scaled by 1.34, the rise
-    # of the compiled route's ratio (1.71 -> 2.29) when ERBO's runs got shorter in 0.12.0.
+    # of the compiled route's own ratio (1.71 -> 2.29) when ERBO's runs got shorter.
     CLARABEL_RESTRICTED_COST = 2.9  # mmd_restricted_solver: clarabel
     COMPLETE_PROGRAM_COST = {"CLARABEL": 8.3, "SCS": 11.0}  # without the working set
     OPTIONS = {
@@ -128,7 +128,7 @@ class DRBOMMD(Algorithm):
         "mmd_diagonal_grid": Option(False, True),  # spec 8.3: d_c >= 2 uses the box diagonal
         # CLARABEL (interior point, tolerance 1e-8) in both profiles: the same optimum as the
         # published SCS (first-order, eps 1e-5), more accurately and with the working set far faster;
-        # benchmarks/mmd_routes.py compares the routes over seeds. SCS stays one option away.
+        # benchmarks/paired.py --preset mmd-solver compares the routes over seeds. SCS stays one option away.
         "mmd_solver": Option.same("CLARABEL", choices=SOLVERS),
         "mmd_solve_path": Option.same("compiled", choices=PATHS),  # compiled workspace per step, or problem.solve
         # PSD-safe factor of K: pivoted / eigen (cutoff), cholesky (jitter)
@@ -144,7 +144,7 @@ class DRBOMMD(Algorithm):
         "mmd_working_set": Option.same(
             True, note="unset: off unless mmd_solver is CLARABEL and mmd_solve_path is compiled"),
         # What solves the working set's restricted programs: mmd_ipm.py's compiled dense method
-        # (paper, 0.11.0) or Clarabel (reference: 0.10.0's records); the certificate is the same.
+        # (paper) or Clarabel (reference); the certificate is the same.
         "mmd_restricted_solver": Option("compiled", "clarabel", choices=RESTRICTED_SOLVERS),
         "adam_pass": ADAM_PASS,
     }

@@ -193,7 +193,7 @@ class DRBOMMDMinimax(Algorithm):
     display_name = "DRBO-MMD Minimax"
     colour = "#8c564b"
     description = "DRBO-MMD minimax approximation: closed-form worst-case sensitivity on a 1024-point grid"
-    relative_cost = 2.6  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py, 0.21.0: 2.78, 2.39; 0.20.0 + compiled closed form: 2.49)
+    relative_cost = 2.6  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
         "grid_size": Option(1024, 1024),  # points of the context discretisation (spec 3.7)
         "radius_constant": Option(MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT),  # r_n = constant / sqrt(n)
@@ -202,8 +202,8 @@ class DRBOMMDMinimax(Algorithm):
         "minimax_uniform_mean": Option(False, True),  # spec 8.4: unweighted grid mean instead of E_w
         "adam_pass": ADAM_PASS,
         # With the compiled pass and the E_w mean: the backward pass over w's support and the
-        # minimisers only, the grid points where d(value)/du is nonzero (a records change by
-        # rounding: 0.14.0's records with false; benchmarks/lipschitz_gradient.py --compare sparse).
+        # minimisers only, the grid points where d(value)/du is nonzero (the same values to
+        # rounding; benchmarks/paired.py --preset minimax-sparse).
         "minimax_sparse_gradient": Option(True, False),
     }
 

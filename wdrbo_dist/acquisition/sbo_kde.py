@@ -47,7 +47,7 @@ class SBOKDE(Algorithm):
     display_name = "SBO-KDE"
     colour = "#2ca02c"
     description = "SBO-KDE: mean UCB over 512 KDE samples of the observed contexts, redrawn every step"
-    relative_cost = 2.1  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py, 0.14.0: 2.08; 0.12.0: 2.03)
+    relative_cost = 2.1  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
         "kde_samples": Option(512, 512),  # the WDRBO repository's count (sbokde upstream: 1024), spec 8.23
         "adam_pass": ADAM_PASS,

@@ -88,16 +88,16 @@ class StableOpt(Algorithm):
     display_name = "StableOpt"
     colour = "#e377c2"
     description = "StableOpt: minimum UCB over 1024 Sobol contexts in a mean +- std box, redrawn every call"
-    relative_cost = 2.7  # x ERBO, mean of 8 problems (study_estimate.py, 0.21.0: 2.88, 2.44; 0.20.0: 3.02)
+    relative_cost = 2.7  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
         "stable_points": Option(1024, 1024),  # Sobol points in the box, redrawn at every call
         "stable_box_sigmas": Option(1.0, 1.0),  # half-width of the box in (unbiased) standard deviations
         "stable_box_sign_bug": Option(False, True),  # spec 8.1: [mu - 3s, mu - s] instead of [mu - s, mu + s]
         "adam_pass": ADAM_PASS,  # compiled: an Adam step's minimum found by the pair kernel
         # With adam_pass compiled: the kernel's value and closed-form x-gradient at the minimising
-        # contexts (since 0.16.0), or torch's posterior and autograd there (0.15.0's records).
+        # contexts, or torch's posterior and autograd there (benchmarks/paired.py --preset stable-gradient).
         "stable_compiled_gradient": Option(True, False),
-        "fresh_exp": FRESH_EXP,  # the box contexts' exponentials in the compiled pass (since 0.17.0: a polynomial)
+        "fresh_exp": FRESH_EXP,  # the box contexts' exponentials in the compiled pass
     }
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:

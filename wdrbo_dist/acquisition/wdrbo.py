@@ -111,16 +111,16 @@ class WDRBO(Algorithm):
     display_name = "WDRBO"
     colour = "#d62728"
     description = "Wasserstein DRBO: mean UCB over the observed contexts minus eps_n * L(x) (the proposed method)"
-    relative_cost = 1.4  # x ERBO, mean of 8 problems (benchmarks/study_estimate.py, 0.14.0: 1.44; 0.12.0: 1.38)
+    relative_cost = 1.4  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
         "radius_constant": Option(0.3, 0.3),  # eps_n = radius_constant / sqrt(n)
         "lipschitz_points": Option(100, 100),  # uniform context points for L(x), drawn once per run
         # spec 8.8: the code's L(x) adds to the value but not to the Adam gradient; the paper
         # profile differentiates it, so that Adam climbs the acquisition the paper defines.
         "wdrbo_L_detached": Option(False, True),
-        # How the differentiated L(x) gets its x-gradient: in closed form (since 0.7.0) or by
-        # autograd's double backward (0.6.0's records). The values are the same; the gradients
-        # agree to rounding, which a trajectory amplifies (benchmarks/lipschitz_gradient.py).
+        # How the differentiated L(x) gets its x-gradient: in closed form or by autograd's
+        # double backward. The values are the same; the gradients agree to rounding, which a
+        # trajectory amplifies (benchmarks/paired.py --preset lipschitz-gradient).
         "wdrbo_L_gradient": Option.same("analytic", choices=("analytic", "autograd")),
         # The code draws the points on the context domain box once per run. The paper profile
         # maps the same uniform draws, at every step, onto the smallest box that holds the

@@ -1,17 +1,12 @@
 """The GP surrogate of spec 1.4, written for speed on small data.
 
-The model is the one BoTorch's `SingleTaskGP` builds by default (and the reference uses):
-an RBF-ARD kernel with unit prior variance, LogNormal(sqrt(2) + ln(D)/2, sqrt(3)) lengthscale
-priors with lengthscale >= 0.025, a LogNormal(-4, 1) noise-variance prior with noise >= 1e-4,
-a learned constant mean, MAP-fitted by L-BFGS-B on the exact marginal log-likelihood divided
-by n, targets standardised by hand with the unbiased std. It is re-implemented here in a few
-dense tensor operations because a BO step fits it once and then queries it tens of thousands
-of times; the general-purpose machinery costs ~10x more per step on data of n <= 100 points.
-`tests/models/test_gp.py` checks the posterior against BoTorch's `SingleTaskGP` with the same
-hyperparameters, and the fitted objective against gpytorch's.
-
-Everything is float64 and stays on the device of the training data. The posterior is in
-standardised-y units (spec 1.4); every acquisition works in those units.
+BoTorch's default `SingleTaskGP` (the reference's): RBF-ARD kernel, unit prior variance,
+LogNormal(sqrt(2) + ln(D)/2, sqrt(3)) lengthscale priors (>= 0.025), a LogNormal(-4, 1) noise
+prior (>= 1e-4), a constant mean, MAP-fitted by L-BFGS-B on the exact marginal log-likelihood / n,
+targets standardised with the unbiased std. Re-implemented in a few dense tensor operations
+because a BO step fits it once and queries it tens of thousands of times (the general machinery:
+~10x more per step at n <= 100); tests/models/test_gp.py checks it against BoTorch and gpytorch.
+Everything is float64 on the training data's device; the posterior is in standardised-y units.
 """
 
 from __future__ import annotations
@@ -40,16 +35,16 @@ PAIR_CHUNK = 128  # candidates per block in `ucb_pairs` (keeps the [c, n(n+1)/2]
 BASIS_CHUNK = 64  # candidates per block on the basis route (keeps the [c, n, r] block in cache)
 # `ucb_from_features` without autograd finishes in compiled passes from this many contexts on
 # (KDE samples, grids, fresh sets: 0.7-0.9x the time per call); below, torch's passes over small
-# arrays cost about the same (benchmarks/screening_pass.py).
+# arrays cost about the same (timed with `GaussianProcess.compiled_tail` off and on).
 COMPILED_TAIL_MIN_CONTEXTS = 256
 # `region_basis`: grid spacing in context lengthscales (at 1/8 the projections of fresh contexts
 # are exact to ~1e-13 where the box spans several lengthscales; a box under one lengthscale wide
-# gets too few points, and its contexts often fail the check: README, stop 39), the largest
+# gets too few points, and its contexts often fail the check), the largest
 # grid, and the projection residual above which a context set is not in the basis's span
 # (`ucb_in_region` and the compiled kernels then take V = I): REGION_RESIDUAL_MAX for numpy's
 # rank; for a basis cut at `region_tolerance`, REGION_RESIDUAL_FACTOR times the grid's own
 # largest residual, if larger (contexts inside the box lie within 1-2.5x it, beyond it 100x
-# or more, but where a long lengthscale spans both: benchmarks/context_basis.py --region).
+# or more, but where a long lengthscale spans both: benchmarks/routes.py region).
 REGION_SPACING = 0.125
 REGION_GRID_MAX = 4096
 REGION_RESIDUAL_MAX = 1e-11
@@ -57,7 +52,7 @@ REGION_RESIDUAL_FACTOR = 4.0
 REGION_CHUNK = 16  # candidates per block in `ucb_in_region` (a [c, N, r] block)
 # `context_forms`: the candidate-side quadratic forms replace the pair products for calls of at
 # most FORMS_MAX_BATCH candidates (Adam's restarts, not the screening pass) once the data have
-# FORMS_MIN_POINTS points (the crossover measured by benchmarks/context_forms.py --step)
+# FORMS_MIN_POINTS points (the crossover measured by benchmarks/routes.py forms-step)
 FORMS_MAX_BATCH = 16
 FORMS_MIN_POINTS = 48
 
@@ -124,7 +119,7 @@ class GaussianProcess:
     """An exact GP posterior with fixed hyperparameters (fit it with `fit_gp`)."""
 
     # `ucb_from_features` without autograd finishes its values in compiled passes (the same bits);
-    # benchmarks/screening_pass.py switches it off to time torch's passes beside them.
+    # False: torch's passes, to time them beside the compiled ones.
     compiled_tail = True
 
     def __init__(
@@ -227,7 +222,7 @@ class GaussianProcess:
         a Cholesky solve: fewer terms cancel) and several times cheaper where the columns are
         many; `context_features` takes it where it needs fewer multiply-adds per candidate. It
         changes the last digits, so it is a fidelity switch (every algorithm's option
-        `context_basis`, on since version 0.6.0). Contexts drawn afresh at every call in a
+        `context_basis`, on in both profiles). Contexts drawn afresh at every call in a
         known box take it through `region_basis` and `ucb_in_region`.
         """
         return self.ucb_from_features(x, self.context_features(contexts, gradient_contexts, region), beta)
@@ -438,7 +433,7 @@ class GaussianProcess:
         for a few candidates (their [b, n(n+1)/2] x [n(n+1)/2, N] product runs at a fraction of
         the BLAS's speed and streams the whole pair matrix) on data large enough for it to pay.
         Context gradients go along only where no x-gradient is taken through them (WDRBO's
-        pass over its Lipschitz points, since version 0.9.0)."""
+        pass over its Lipschitz points)."""
         return (
             self.context_forms and features.basis is None
             and (features.n_gradient == 0 or gradient_outside_autograd)
@@ -466,7 +461,7 @@ class GaussianProcess:
 
         Where an x-gradient will be taken and `context_forms` is on, `_QuadraticForms` gives it
         in closed form from what its forward pass keeps; otherwise one batched product, with
-        autograd through it where needed (0.7.0's values and gradients)."""
+        autograd through it where needed (the reference profile's values and gradients)."""
         if self.context_forms and k_x.requires_grad and torch.is_grad_enabled():
             return _QuadraticForms.apply(k_x, k_c, self._k_inv)
         a = k_x.unsqueeze(-1) * self._k_inv * k_x.unsqueeze(-2)  # [b, n, n]
@@ -542,7 +537,7 @@ class GaussianProcess:
         differentiated L(x) at each candidate's maximising Lipschitz point. The values of
         `ucb_and_gradient`'s norm and the x-gradient of autograd's double backward through it,
         to rounding, in a few dozen operations on [b, n] arrays where the double backward takes
-        many more, each at torch's fixed cost per call (`benchmarks/lipschitz_gradient.py`)."""
+        many more, each at torch's fixed cost per call (`benchmarks/routes.py adam-step`)."""
         return _ContextGradientNorm.apply(x, contexts, self, beta)
 
 
