@@ -1,30 +1,9 @@
 """DRBO-KDE (spec 3.5): the worst case of the mean UCB over a total-variation ball around KDE samples.
 
-Per candidate x, with u_i = UCB(x, s_i) on N = 1024 KDE samples (drawn once per BO step) and
-m(x) an estimate of min_c UCB(x, c) over 1024 scrambled Sobol context points, the inner value is
-the phi-divergence dual (phi(t) = |t - 1|, radius eps_n = n^{-2/(4+d_c)}):
-
-    max_{a >= 0, b}  -b - eps a + (1/N) sum_i min(u_i + b, a)   s.t.  a + b >= -m(x).
-
-Its closed form (spec 3.5, the default: Project decision 4) moves a fraction delta = min(eps/2, 1)
-of the mass from the highest UCB values to m(x) where that lowers the value:
-
-    alpha(x) = mean(u) - (1/N) sum_k w_k max(u_(k) - m(x), 0),  u_(1) >= u_(2) >= ...,
-    w = (1, ..., 1 [floor(delta N) times], delta N - floor(delta N), 0, ...).
-
-It is batched over candidates (one top-k); the CVXPY program stays here (`drbo_kde_inner_cvxpy`,
-option `drbokde_closed_form=False` solves it per candidate) and the tests check the two agree.
-Gradient as in the reference: through u only (m(x) and the sorted-weight mask are constants),
-which is the LP's envelope gradient with (a*, b*) frozen. An Adam step's u comes from the
-compiled pair kernel (option `adam_pass: compiled`, paper profile), its backward pass from
-the sorted weights; m(x) from the fresh-context kernel, its exponentials by a polynomial (option
-`fresh_exp`, paper profile since 0.17.0) or libm.
-
-The Sobol points for m(x) are re-drawn at every acquisition call in both profiles (spec 1.6,
-8.16): that is how the reference's optimiser sees this acquisition, and redrawing does not
-change what the acquisition estimates; the scramble seed comes from the run's generator.
-Reference profile: they are mapped to [lb - (ub - lb), lb] (spec 8.2's sign bug); paper
-profile: to the context box.
+Per candidate, the phi-divergence dual over N = 1024 KDE samples has a closed form (the default,
+Project decision 4), batched over candidates; the CVXPY program stays beside it
+(`drbo_kde_inner_cvxpy`) and the tests check the two agree. The comment above
+`tv_sorted_weights` gives the program, its closed form, the gradient and the profiles' routes.
 """
 
 from __future__ import annotations
@@ -47,6 +26,31 @@ from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
 from wdrbo_dist.models.gp import GaussianProcess
 
 
+# Per candidate x, with u_i = UCB(x, s_i) on N = 1024 KDE samples (drawn once per BO step) and
+# m(x) an estimate of min_c UCB(x, c) over 1024 scrambled Sobol context points, the inner value is
+# the phi-divergence dual (phi(t) = |t - 1|, radius eps_n = n^{-2/(4+d_c)}):
+#
+#     max_{a >= 0, b}  -b - eps a + (1/N) sum_i min(u_i + b, a)   s.t.  a + b >= -m(x).
+#
+# Its closed form (spec 3.5, the default: Project decision 4) moves a fraction delta = min(eps/2, 1)
+# of the mass from the highest UCB values to m(x) where that lowers the value:
+#
+#     alpha(x) = mean(u) - (1/N) sum_k w_k max(u_(k) - m(x), 0),  u_(1) >= u_(2) >= ...,
+#     w = (1, ..., 1 [floor(delta N) times], delta N - floor(delta N), 0, ...).
+#
+# It is batched over candidates (one top-k); the CVXPY program stays here (`drbo_kde_inner_cvxpy`,
+# option `drbokde_closed_form=False` solves it per candidate) and the tests check the two agree.
+# Gradient as in the reference: through u only (m(x) and the sorted-weight mask are constants),
+# which is the LP's envelope gradient with (a*, b*) frozen. An Adam step's u comes from the
+# compiled pair kernel (option `adam_pass: compiled`, paper profile), its backward pass from
+# the sorted weights; m(x) from the fresh-context kernel, its exponentials by a polynomial (option
+# `fresh_exp`, paper profile) or libm.
+#
+# The Sobol points for m(x) are re-drawn at every acquisition call in both profiles (spec 1.6,
+# 8.16): that is how the reference's optimiser sees this acquisition, and redrawing does not
+# change what the acquisition estimates; the scramble seed comes from the run's generator.
+# Reference profile: they are mapped to [lb - (ub - lb), lb] (spec 8.2's sign bug); paper
+# profile: to the context box.
 def tv_sorted_weights(size: int, eps: float, dtype: torch.dtype = torch.float64) -> Tensor:
     """The closed form's weights on the sorted UCB values (length <= size, nonzero entries only)."""
     delta = min(eps / 2.0, 1.0)

@@ -1,17 +1,9 @@
 """DRBO-MMD (spec 3.6, Kirschner et al. 2020): the worst-case expected UCB over an MMD ball on a grid.
 
-Per candidate x, with u_j = UCB(x, g_j) on the context grid (100 points), w the nearest-grid-point
-pmf of the observed contexts, K the GP's context Gram matrix and r_n = 4.146 / sqrt(n):
-
-    p* = argmin_p u^T p  s.t.  p >= 0, sum p = 1, ||F^T (p - w)||_2 <= r_n,   with F F^T = K,
-
-a second-order cone program per candidate (mmd_solver.py, on a factor F of mmd_factors.py);
-alpha(x) = p*^T u with p* frozen (the gradient flows through u: the envelope theorem). A solve
-without a usable solution falls back to p = w, as in the reference. Both profiles solve with
-Clarabel and a certified working set, the published SCS one option away: the solver routes give
-the same results over seeds (docs/drbo_mmd.md has the measurements and the reasons). An Adam
-step's u and its backward pass come from the compiled pair kernel (option `adam_pass: compiled`,
-paper profile, since 0.16.0), the screening pass's from torch's pass on the grid's features.
+Per candidate, a second-order cone program over the pmf p on the context grid (the comment
+above `MMDAcquisition` states it); alpha(x) = p*^T u with p* frozen (the envelope theorem).
+Both profiles solve with Clarabel and a certified working set, the published SCS one option
+away: the solver routes give the same results over seeds (docs/drbo_mmd.md).
 """
 
 
@@ -45,6 +37,18 @@ from wdrbo_dist.acquisition.mmd_working_set import RESTRICTED_SOLVERS
 __all__ = ["DRBOMMD", "MMDAcquisition", "MMDWorstCase", "drop_zero_cone_rows", "gram_factor", "tensor_grid_factor"]
 
 
+# Per candidate x, with u_j = UCB(x, g_j) on the context grid (100 points), w the nearest-grid-point
+# pmf of the observed contexts, K the GP's context Gram matrix and r_n = 4.146 / sqrt(n):
+#
+#     p* = argmin_p u^T p  s.t.  p >= 0, sum p = 1, ||F^T (p - w)||_2 <= r_n,   with F F^T = K,
+#
+# a second-order cone program per candidate (mmd_solver.py, on a factor F of mmd_factors.py);
+# alpha(x) = p*^T u with p* frozen (the gradient flows through u: the envelope theorem). A solve
+# without a usable solution falls back to p = w, as in the reference. Both profiles solve with
+# Clarabel and a certified working set, the published SCS one option away: the solver routes give
+# the same results over seeds (docs/drbo_mmd.md has the measurements and the reasons). An Adam
+# step's u and its backward pass come from the compiled pair kernel (option `adam_pass: compiled`,
+# paper profile), the screening pass's from torch's pass on the grid's features.
 class MMDAcquisition(Acquisition):
     """p*(x)^T u(x), with p* the solved worst case on the grid for each candidate."""
 

@@ -1,23 +1,11 @@
 """A compiled interior-point solver for the working set's restricted programs (`mmd_restricted_solver`).
 
-Why: a restricted program of DRBO-MMD's working set has a handful of variables (the working set
-and the aggregate), one equality row and one second-order cone of a few rows, and an Ackley run
-solves about 40,000 of them. Clarabel, a general sparse solver, spends most of its time on such
-a program in the fixed costs of its sparse machinery and of the Python around it. This dense
-primal-dual method, compiled with numba, does the same work a few times faster
-(`benchmarks/mmd_worst_cases.py --restricted-solver`): CVXOPT's `coneqp` for a linear objective
-(Vandenberghe, "The CVXOPT linear and quadratic cone program solvers", 2010) on this shape, with
-Nesterov-Todd scaling (diagonal on the nonnegative part, a rank-one update of J on the cone),
-Mehrotra's predictor-corrector, a normal matrix built from the cone rows' Gram matrix G^T G
-once per program plus two rank-one terms per iteration, and one step of iterative refinement.
-
-The program, with x [n], A [p, n], G [m, n] (the cone's head first):
-
-    min c^T x   s.t.   A x = b,   x >= 0,   h - G x in SOC_m
-
-and its dual in Clarabel's convention: c + A^T y - z_x + G^T z = 0 with z_x >= 0, z in SOC_m.
-The caller (mmd_working_set.py) certifies every answer against the complete program, and solves
-the complete program with Clarabel where this one reports no solution.
+Why: an Ackley run of DRBO-MMD solves about 40,000 restricted programs of a handful of
+variables, one equality row and one small second-order cone, and Clarabel spends most of its
+time on such a program in the fixed costs of its sparse machinery. This dense primal-dual method
+(CVXOPT's `coneqp` on this shape), compiled with numba, does the same work a few times faster;
+the caller (mmd_working_set.py) certifies every answer against the complete program. The
+comment above `solve_restricted` states the program and the method.
 """
 
 from __future__ import annotations
@@ -287,6 +275,23 @@ def _factor_normal(
     return _factor(schur, lower_s)
 
 
+# Why: a restricted program of DRBO-MMD's working set has a handful of variables (the working set
+# and the aggregate), one equality row and one second-order cone of a few rows, and an Ackley run
+# solves about 40,000 of them. Clarabel, a general sparse solver, spends most of its time on such
+# a program in the fixed costs of its sparse machinery and of the Python around it. This dense
+# primal-dual method, compiled with numba, does the same work a few times faster: CVXOPT's `coneqp` for a linear objective
+# (Vandenberghe, "The CVXOPT linear and quadratic cone program solvers", 2010) on this shape, with
+# Nesterov-Todd scaling (diagonal on the nonnegative part, a rank-one update of J on the cone),
+# Mehrotra's predictor-corrector, a normal matrix built from the cone rows' Gram matrix G^T G
+# once per program plus two rank-one terms per iteration, and one step of iterative refinement.
+#
+# The program, with x [n], A [p, n], G [m, n] (the cone's head first):
+#
+#     min c^T x   s.t.   A x = b,   x >= 0,   h - G x in SOC_m
+#
+# and its dual in Clarabel's convention: c + A^T y - z_x + G^T z = 0 with z_x >= 0, z in SOC_m.
+# The caller (mmd_working_set.py) certifies every answer against the complete program, and solves
+# the complete program with Clarabel where this one reports no solution.
 @njit(cache=True)
 def solve_restricted(
     c: np.ndarray, a: np.ndarray, b: np.ndarray, g: np.ndarray, h: np.ndarray

@@ -1,23 +1,9 @@
 """DRBO-MMD minimax approximation (spec 3.7, after Tay et al. 2022): a closed form instead of a solve.
 
-With u the UCB on the context grid (1024 points), g = min u at j*, E the mean of u (reference:
-unweighted grid mean; paper profile: the w-weighted mean E_w[u], the expectation under the
-ball's centre), S = sqrt(N sum_j pi_j (u_j - E)^2) (pi the mean's weights; for the uniform mean
-this is the reference's sqrt(sum u^2 - N E^2)), e* = MMD(delta_{j*}, w), eps' = (g - E)/S and
-tau = (g - E)/e*:
-
-    case 1, r < eps':          E + r (tau + S) / 2   (never, as r > 0 >= eps')
-    case 2, eps' <= r <= e*:   (E + r tau + g) / 2
-    case 3, r > e*:            g
-
-The reference's control-flow bug (spec 8.4) gives case-3 candidates the value 0 whenever any
-candidate of the same call is in case 2; `minimax_case3_zero_bug` reproduces it. Edge cases
-(all u equal: S = 0; w a point mass at j*: e* = 0) give finite values in both profiles (spec 8.22
-is cosmetic). Gradient through u; w and K are constants of the BO step. e* costs O(1) per
-candidate: MMD(delta_j, w)^2 = K_jj - 2 (K w)_j + w^T K w for every grid point j is computed once
-per BO step (`point_mmd_squared`; the reference forms (delta - w)^T K (delta - w) per candidate).
-An Adam step's u comes from the compiled pair kernel (option `adam_pass: compiled`, paper
-profile), its backward pass from autograd's d(value)/du.
+The worst case over the MMD ball is approximated in three cases from the grid UCB's minimum,
+mean and spread, with the reference's bugs as options (spec 8.4); the comment above
+`point_mmd_squared` gives the cases, the edge cases and the gradient. An Adam step's u comes from
+the compiled pair kernel (option `adam_pass: compiled`, paper profile).
 """
 
 from __future__ import annotations
@@ -44,6 +30,24 @@ from wdrbo_dist.models.gp import GaussianProcess
 _TINY = 1e-24  # keeps sqrt's gradient finite where its argument vanishes
 
 
+# With u the UCB on the context grid (1024 points), g = min u at j*, E the mean of u (reference:
+# unweighted grid mean; paper profile: the w-weighted mean E_w[u], the expectation under the
+# ball's centre), S = sqrt(N sum_j pi_j (u_j - E)^2) (pi the mean's weights; for the uniform mean
+# this is the reference's sqrt(sum u^2 - N E^2)), e* = MMD(delta_{j*}, w), eps' = (g - E)/S and
+# tau = (g - E)/e*:
+#
+#     case 1, r < eps':          E + r (tau + S) / 2   (never, as r > 0 >= eps')
+#     case 2, eps' <= r <= e*:   (E + r tau + g) / 2
+#     case 3, r > e*:            g
+#
+# The reference's control-flow bug (spec 8.4) gives case-3 candidates the value 0 whenever any
+# candidate of the same call is in case 2; `minimax_case3_zero_bug` reproduces it. Edge cases
+# (all u equal: S = 0; w a point mass at j*: e* = 0) give finite values in both profiles (spec 8.22
+# is cosmetic). Gradient through u; w and K are constants of the BO step. e* costs O(1) per
+# candidate: MMD(delta_j, w)^2 = K_jj - 2 (K w)_j + w^T K w for every grid point j is computed once
+# per BO step (`point_mmd_squared`; the reference forms (delta - w)^T K (delta - w) per candidate).
+# An Adam step's u comes from the compiled pair kernel (option `adam_pass: compiled`, paper
+# profile), its backward pass from autograd's d(value)/du.
 def point_mmd_squared(gram: Tensor, w: Tensor) -> Tensor:
     """MMD(delta_j, w)^2 [N] for every grid point j, with the grid's Gram matrix K [N, N]."""
     kw = gram @ w

@@ -2,31 +2,10 @@
 
 Why: the worst case p* of the MMD ball puts its mass on a few grid points (median 1-6 of 100
 on Ackley and Branin), yet a solve of the complete program factors a KKT system with every grid
-point and every row of the Gram factor, about 25,000 times per run. Here each candidate solves
-the same compiled program restricted to a small working set S of its variables, and keeps the
-answer only when the restricted solution is certified optimal for the complete program. The
-restricted programs are solved by Clarabel or, since 0.11.0 (`restricted_solver="compiled"`),
-by the dense interior-point method of mmd_ipm.py: the certificate below is the same for both.
-
-The restricted program: the compiled data (c, A, b, cones) with every variable outside S fixed
-at zero, plus one aggregate variable theta >= 0 along the ball's centre w (the column A w), so
-that the restricted program is always feasible (theta = 1 is the centre). Its second-order-cone
-rows are compressed by a thin QR, [A_cone[:, S], A_cone w, b_cone] = Q R: an orthogonal change
-of coordinates inside the cone (the same constraint, k + 2 rows instead of rank(F) + 1).
-
-The certificate: the restricted dual (z_eq, z_cone), with each variable's bound multiplier set to
-its reduced cost d_j = c_j + a_j^T z, is a dual point of the complete program whose objective is
-the restricted optimum (the bound rows have b = 0), and the restricted primal solution is
-feasible for the complete program. When every d_j >= -tol (tol = the solver's feasibility
-tolerance times max(1, |c|_inf), the scale of its own dual-residual test), that dual point is
-feasible to the solver's tolerance and weak duality makes the restricted solution optimal for
-the complete program. Otherwise the most negative d_j join S and the restricted program is
-solved again; after MAX_ROUNDS rounds, or when S outgrows the largest workspace, the caller
-solves the complete program.
-
-Guesses that make one round enough most of the time: the previous solution's support in the
-same batch row (consecutive Adam steps of one restart move u a little), the argmin of c, and
-the variable the previous dual prices lowest.
+point, about 25,000 times per run. Here each candidate solves the program restricted to a small
+working set S of its variables (by Clarabel or mmd_ipm.py) and keeps the answer only when it is
+certified optimal for the complete program; the comment above `SimplexConeProgram` gives the
+restricted program, the certificate and the guesses of S.
 """
 
 from __future__ import annotations
@@ -72,6 +51,33 @@ def thin_qr(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, r
 
 
+# Why: the worst case p* of the MMD ball puts its mass on a few grid points (median 1-6 of 100
+# on Ackley and Branin), yet a solve of the complete program factors a KKT system with every grid
+# point and every row of the Gram factor, about 25,000 times per run. Here each candidate solves
+# the same compiled program restricted to a small working set S of its variables, and keeps the
+# answer only when the restricted solution is certified optimal for the complete program. The
+# restricted programs are solved by Clarabel or (`restricted_solver="compiled"`)
+# by the dense interior-point method of mmd_ipm.py: the certificate below is the same for both.
+#
+# The restricted program: the compiled data (c, A, b, cones) with every variable outside S fixed
+# at zero, plus one aggregate variable theta >= 0 along the ball's centre w (the column A w), so
+# that the restricted program is always feasible (theta = 1 is the centre). Its second-order-cone
+# rows are compressed by a thin QR, [A_cone[:, S], A_cone w, b_cone] = Q R: an orthogonal change
+# of coordinates inside the cone (the same constraint, k + 2 rows instead of rank(F) + 1).
+#
+# The certificate: the restricted dual (z_eq, z_cone), with each variable's bound multiplier set to
+# its reduced cost d_j = c_j + a_j^T z, is a dual point of the complete program whose objective is
+# the restricted optimum (the bound rows have b = 0), and the restricted primal solution is
+# feasible for the complete program. When every d_j >= -tol (tol = the solver's feasibility
+# tolerance times max(1, |c|_inf), the scale of its own dual-residual test), that dual point is
+# feasible to the solver's tolerance and weak duality makes the restricted solution optimal for
+# the complete program. Otherwise the most negative d_j join S and the restricted program is
+# solved again; after MAX_ROUNDS rounds, or when S outgrows the largest workspace, the caller
+# solves the complete program.
+#
+# Guesses that make one round enough most of the time: the previous solution's support in the
+# same batch row (consecutive Adam steps of one restart move u a little), the argmin of c, and
+# the variable the previous dual prices lowest.
 @dataclass(frozen=True)
 class SimplexConeProgram:
     """A compiled program min c^T x s.t. A_eq x = b_eq, x >= 0, (b_cone - A_cone x) in SOC.

@@ -1,20 +1,11 @@
 """Acquisition maximisation as in spec 1.6 (BoTorch's `optimize_acqf` with q = 1, torch optimiser).
 
-1. screen `raw_samples` scrambled Sobol points (in chunks of `batch_limit`, no gradients);
-2. pick `num_restarts` starts by the Boltzmann heuristic (the best raw point always included);
-3. run Adam (lr 0.025) on all starts jointly until BoTorch's exponential-moving-average
-   stopping rule fires (window 10, rel_tol 1e-5) or 10,000 steps. `project_parameter`: the
-   Adam parameter is clamped into the box in place at every step; otherwise, as BoTorch's
-   `gen_candidates_torch` does, the acquisition sees a clamped copy and the parameter itself
-   may leave the box (its gradient is the copy's);
-4. return the start with the largest final value.
-
-Every random draw (Sobol scrambles, Boltzmann sampling) comes from the run's CPU generator.
-
-Adam's update and the stopping rule are written out here (`AdamUpdate`, `MovingAverageStop`)
-with torch's and BoTorch's arithmetic, operation for operation, so the iterates are the same
-to the bit (tests/acquisition/test_optimize.py), without the library classes' per-step
-overhead (`benchmarks/profile_run.py`, column `adam rest`).
+Screen `raw_samples` Sobol points, pick `num_restarts` starts by the Boltzmann heuristic, run
+Adam on them jointly until BoTorch's stopping rule fires, return the best (the steps: above
+`maximize_acquisition`). Every random draw comes from the run's CPU generator. Adam's update
+and the stopping rule are written out (`AdamUpdate`, `MovingAverageStop`) with torch's and
+BoTorch's arithmetic, so the iterates are the same to the bit (tests/acquisition/test_optimize.py),
+without the library classes' per-step overhead (benchmarks/profile_run.py, column `adam rest`).
 """
 
 from __future__ import annotations
@@ -229,6 +220,14 @@ def adam_ascent(
         return x, acquisition(x), steps
 
 
+# 1. screen `raw_samples` scrambled Sobol points (in chunks of `batch_limit`, no gradients);
+# 2. pick `num_restarts` starts by the Boltzmann heuristic (the best raw point always included);
+# 3. run Adam (lr 0.025) on all starts jointly until BoTorch's exponential-moving-average
+#    stopping rule fires (window 10, rel_tol 1e-5) or 10,000 steps. `project_parameter`: the
+#    Adam parameter is clamped into the box in place at every step; otherwise, as BoTorch's
+#    `gen_candidates_torch` does, the acquisition sees a clamped copy and the parameter itself
+#    may leave the box (its gradient is the copy's);
+# 4. return the start with the largest final value.
 def maximize_acquisition(
     acquisition: AcquisitionFn,
     bounds: Tensor,

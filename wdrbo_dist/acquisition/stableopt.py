@@ -1,21 +1,9 @@
 """StableOpt (spec 3.8, after Bogunovic et al. 2018): the minimum UCB over a box of contexts.
 
-alpha(x) = min_{c in C} UCB(x, c), the min taken over 1024 scrambled Sobol points of C. The box is
-built from the observed contexts' mean and unbiased std per dimension: the paper's intended
-[mu - s, mu + s] (paper profile) or the reference's [mu - 3s, mu - s] (`stable_box_sign_bug`,
-spec 8.1: the Sobol points are mapped as c = (mu - s) + ((mu - s) - (mu + s)) v).
-
-The Sobol set is re-drawn at every acquisition call in both profiles (spec 1.6, 8.16): the
-reference's optimiser sees this noisy acquisition, and redrawing does not change what it
-estimates; the scramble seed comes from the run's generator. The gradient flows through the
-arg-min point (as torch.min's does): the min is found without gradient and the UCB is
-recomputed, differentiably, at each candidate's minimising context only. An Adam step's search
-for the minimum takes the compiled pair kernel (option `adam_pass: compiled`, paper profile);
-with `stable_compiled_gradient` (paper profile, since 0.16.0) the kernel's minimum is the value
-and its closed-form gradient at the minimising contexts replaces torch's recomputation (the
-same values and gradients to rounding; 0.5-0.8 ms less per Adam step on one context dimension);
-with `fresh_exp: polynomial` (paper profile, since 0.17.0) the contexts' kernel exponentials in
-those compiled calls are a vectorised polynomial within 1 ulp of libm's.
+alpha(x) = min_{c in C} UCB(x, c) over 1024 scrambled Sobol points of a box C built from the
+observed contexts' mean and std: the paper's [mu - s, mu + s] or the reference's [mu - 3s, mu - s]
+(`stable_box_sign_bug`, spec 8.1). The comment above `MinimumUCB` gives the redraws, the gradient
+and the compiled routes.
 """
 
 from __future__ import annotations
@@ -42,6 +30,22 @@ def stable_box(contexts: Tensor, sigmas: float, sign_bug: bool) -> Tensor:
     return torch.stack([low, high])
 
 
+# alpha(x) = min_{c in C} UCB(x, c), the min taken over 1024 scrambled Sobol points of C. The box is
+# built from the observed contexts' mean and unbiased std per dimension: the paper's intended
+# [mu - s, mu + s] (paper profile) or the reference's [mu - 3s, mu - s] (`stable_box_sign_bug`,
+# spec 8.1: the Sobol points are mapped as c = (mu - s) + ((mu - s) - (mu + s)) v).
+#
+# The Sobol set is re-drawn at every acquisition call in both profiles (spec 1.6, 8.16): the
+# reference's optimiser sees this noisy acquisition, and redrawing does not change what it
+# estimates; the scramble seed comes from the run's generator. The gradient flows through the
+# arg-min point (as torch.min's does): the min is found without gradient and the UCB is
+# recomputed, differentiably, at each candidate's minimising context only. An Adam step's search
+# for the minimum takes the compiled pair kernel (option `adam_pass: compiled`, paper profile);
+# with `stable_compiled_gradient` (paper profile) the kernel's minimum is the value
+# and its closed-form gradient at the minimising contexts replaces torch's recomputation (the
+# same values and gradients to rounding; 0.5-0.8 ms less per Adam step on one context dimension);
+# with `fresh_exp: polynomial` (paper profile) the contexts' kernel exponentials in
+# those compiled calls are a vectorised polynomial within 1 ulp of libm's.
 class MinimumUCB(Acquisition):
     """min_j UCB(x, c_j) over a context set re-drawn in `box` at every call."""
 
