@@ -1,14 +1,12 @@
 """Keep a run's freed memory in its process instead of handing it back to the kernel.
 
 A BO step allocates and frees the same few large arrays (MBs: an Adam step's [b, N, n] forms,
-a screening block) thousands of times per run. glibc's malloc serves a block above its mmap
-threshold with a fresh mapping and gives the top of its heap back once more than the trim
-threshold is free, so such an array is faulted in page by page, zeroed by the kernel, at every
-step; in a VM a page fault is dear. `keep_freed_memory` raises both thresholds for the process
-that runs BO (a pool process, a Ray worker, a benchmark): the arrays are then reused from the
-heap. Only where memory comes from changes, not what is computed: the records are the same to
-the bit. The process keeps its peak heap (tens of MB) until it exits.
-`benchmarks/allocator.py` measures the effect.
+a screening block) thousands of times per run; above glibc's mmap and trim thresholds each is
+faulted in page by page, zeroed by the kernel, at every step, and in a VM a page fault is dear.
+`keep_freed_memory` raises both thresholds for the process that runs BO, so the arrays are
+reused from the heap. Only where memory comes from changes: the records are the same to the
+bit; the process keeps its peak heap (tens of MB) until it exits.
+`benchmarks/paired.py --preset allocator` measures the effect.
 """
 
 from __future__ import annotations

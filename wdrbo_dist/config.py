@@ -2,28 +2,8 @@
 
 Everything a study needs is checked here, before any work starts, so that a typo costs one
 line of output instead of an hour of runs. Each error is a `ConfigError` whose message is one
-line naming the field (`algorithms[1].options.beta`) and the values it allows.
-
-A study file (every key but `name`, `problems`, `algorithms` and `seeds` is optional):
-
-    name: quick                       # [A-Za-z0-9_.-]+, the MLflow experiment name
-    fidelity: paper                   # paper | reference (one per study)
-    problems: [three-hump-camel, newsvendor]
-    algorithms:
-      - erbo                          # a bare name: no options, 1 CPU
-      - name: wdrbo
-        options: {beta: 1.5}          # the algorithm's options / fidelity switches
-        resources: {num_cpus: 1, num_gpus: 0}
-      - name: wdrbo                   # the same algorithm again: variants, each with a label
-        options: {radius_constant: [0.1, 1.0]}   # a list: wdrbo[radius_constant=0.1], ...=1.0
-      - {name: erbo, label: erbo-beta3, options: {beta: 3.0}}
-    seeds: [100, 101, 102]            # or {start: 100, count: 15}; up to 100000 in [0, 2**63 - 1]
-    evaluations: 100                  # total, initial design included
-    init_size: 5
-    backend: local                    # serial | local | ray
-    workers: 2
-    tracking_uri: sqlite:///mlflow.db # sqlite:///PATH | http(s)://HOST:PORT | none
-    output_dir: results/quick
+line naming the field (`algorithms[1].options.beta`) and the values it allows. The comment
+above `load_study_config` shows a study file with every key.
 """
 
 from __future__ import annotations
@@ -153,6 +133,26 @@ class StudySpec:
 # --- loading ------------------------------------------------------------------------------------
 
 
+# A study file (every key but `name`, `problems`, `algorithms` and `seeds` is optional):
+#
+#     name: quick                       # [A-Za-z0-9_.-]+, the MLflow experiment name
+#     fidelity: paper                   # paper | reference (one per study)
+#     problems: [three-hump-camel, newsvendor]
+#     algorithms:
+#       - erbo                          # a bare name: no options, 1 CPU
+#       - name: wdrbo
+#         options: {beta: 1.5}          # the algorithm's options / fidelity switches
+#         resources: {num_cpus: 1, num_gpus: 0}
+#       - name: wdrbo                   # the same algorithm again: variants, each with a label
+#         options: {radius_constant: [0.1, 1.0]}   # a list: wdrbo[radius_constant=0.1], ...=1.0
+#       - {name: erbo, label: erbo-beta3, options: {beta: 3.0}}
+#     seeds: [100, 101, 102]            # or {start: 100, count: 15}; up to 100000 in [0, 2**63 - 1]
+#     evaluations: 100                  # total, initial design included
+#     init_size: 5
+#     backend: local                    # serial | local | ray
+#     workers: 2
+#     tracking_uri: sqlite:///mlflow.db # sqlite:///PATH | http(s)://HOST:PORT | none
+#     output_dir: results/quick
 def load_study_config(path: str | os.PathLike[str], validate_runs: bool = True) -> StudySpec:
     """Read and validate a study file; relative paths resolve against the working folder."""
     source = Path(path)

@@ -1,33 +1,10 @@
 """The canonical result store: one parquet file of per-step records per run, written atomically.
 
-Layout under a study's output folder:
-    <out>/runs/<run_key>.parquet        the records of a finished run (canonical data)
-    <out>/runs/<run_key>.json           its meta: run_key, label, status, spec, summary, ...
-    <out>/failed/<run_key>.json         a failed run's meta, `error` holding its traceback
-                                        (removed when the run later finishes)
-    <out>/damaged/<time>/...            files found damaged, set aside by the driver (kept)
-    <out>/driver.lock                   held by the one driver at work on this folder
-
-Both files are written to a temporary name, flushed to disk and renamed, parquet first, so a
-crash (even of the machine) never leaves a half-written result, and a json marker never
-points at a missing parquet. Only the driver writes here: workers return their results to it.
-
-A run is finished exactly when its files read back whole and agree: the json is a JSON
-object with status FINISHED, its run_key and the key its spec hashes to are the file's name
-(the hash is checked for files this version wrote: the version is part of the key), and the
-parquet's footer reads and counts the json's `rows` (the spec's `evaluations` for a meta
-without them). Only the footer is read, not the data (960 runs: about 0.5 s, reading them: 5 s),
-so a file cut short is caught, a flipped bit inside a data page is not. A failure marker is
-whole when it is a JSON object with status FAILED and the right run_key and spec. Files
-that are not whole are `damaged`: the driver reports them, moves them aside with
-`set_aside` (a damaged file may be the only trace of a run, so it is never deleted) and runs
-those runs again. A parquet without its json is what a crash between the two renames leaves:
-not finished, not damaged, overwritten when the run is done again.
-
-The meta JSON (`read_meta`) holds:
-    run_key, label, status ("FINISHED" | "FAILED"), spec (every RunSpec field, options as a
-    dict: what the user gave), options (every option the run used, RunResult.options), summary (RunResult.summary()), error (traceback or null), wall_time_s, started_at,
-    saved_at (unix times), host, pid, version (the package's), rows.
+Under `<out>/`: `runs/<run_key>.parquet` and `.json` (records and meta of a finished run),
+`failed/<run_key>.json`, `damaged/<time>/` (files set aside, kept) and `driver.lock`. Each file
+is written to a temporary name, flushed and renamed, parquet first, so a crash never leaves a
+half-written result. Only the driver writes here. The comment above `ResultStore` gives the
+layout, what makes a run finished or damaged, and the meta's fields.
 """
 
 from __future__ import annotations
@@ -211,6 +188,34 @@ def _new_folder(base: Path) -> Path:
             candidate = base.with_name(f"{base.name}-{n}")
 
 
+# Layout under a study's output folder:
+#     <out>/runs/<run_key>.parquet        the records of a finished run (canonical data)
+#     <out>/runs/<run_key>.json           its meta: run_key, label, status, spec, summary, ...
+#     <out>/failed/<run_key>.json         a failed run's meta, `error` holding its traceback
+#                                         (removed when the run later finishes)
+#     <out>/damaged/<time>/...            files found damaged, set aside by the driver (kept)
+#     <out>/driver.lock                   held by the one driver at work on this folder
+#
+# Both files are written to a temporary name, flushed to disk and renamed, parquet first, so a
+# crash (even of the machine) never leaves a half-written result, and a json marker never
+# points at a missing parquet. Only the driver writes here: workers return their results to it.
+#
+# A run is finished exactly when its files read back whole and agree: the json is a JSON
+# object with status FINISHED, its run_key and the key its spec hashes to are the file's name
+# (the hash is checked for files this version wrote: the version is part of the key), and the
+# parquet's footer reads and counts the json's `rows` (the spec's `evaluations` for a meta
+# without them). Only the footer is read, not the data (960 runs: about 0.5 s, reading them: 5 s),
+# so a file cut short is caught, a flipped bit inside a data page is not. A failure marker is
+# whole when it is a JSON object with status FAILED and the right run_key and spec. Files
+# that are not whole are `damaged`: the driver reports them, moves them aside with
+# `set_aside` (a damaged file may be the only trace of a run, so it is never deleted) and runs
+# those runs again. A parquet without its json is what a crash between the two renames leaves:
+# not finished, not damaged, overwritten when the run is done again.
+#
+# The meta JSON (`read_meta`) holds:
+#     run_key, label, status ("FINISHED" | "FAILED"), spec (every RunSpec field, options as a
+#     dict: what the user gave), options (every option the run used, RunResult.options), summary (RunResult.summary()), error (traceback or null), wall_time_s, started_at,
+#     saved_at (unix times), host, pid, version (the package's), rows.
 class ResultStore:
     """The runs of one study's output folder (see the module docstring for the layout)."""
 

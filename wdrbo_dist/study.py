@@ -1,19 +1,9 @@
 """The study driver: validate -> lock -> set damaged aside -> plan -> map -> store -> track -> summary.
 
-Only the driver decides what is finished: a result becomes finished when the store has made
-its parquet durable, and only then does the tracker mark its MLflow run FINISHED. A driver
-that dies leaves every finished run on disk; the same command then runs only what is missing
-(and first logs to MLflow any finished run it had not yet logged).
-
-One driver per output folder: a second one (another terminal, a resubmitted job) stops with
-`FolderInUse` before it touches anything, since it would run the first one's runs again and
-mark its MLflow runs KILLED. A run whose files do not read back whole is named on `echo`,
-moved to `<output_dir>/damaged/<time>/` and run again (see the store's docstring).
-
-Only an error of the run itself is FAILED. A run the infrastructure lost (the backend gave up
-after its resubmissions) and the runs of a cluster that is gone stay not done: the command
-ends with `EXIT_UNAVAILABLE` and the same command finishes them. A tracking server that stops
-answering is left alone for the rest of the command; the next start logs what it missed.
+Only the driver decides what is finished: a result is finished once the store has made its
+parquet durable, and only then does the tracker mark its MLflow run FINISHED. A driver that
+dies leaves every finished run on disk; the same command then runs only what is missing. The
+comment above `run_study` gives the lock, damaged files, lost runs and a silent tracking server.
 """
 
 from __future__ import annotations
@@ -237,6 +227,15 @@ class StudyReport:
         return out
 
 
+# One driver per output folder: a second one (another terminal, a resubmitted job) stops with
+# `FolderInUse` before it touches anything, since it would run the first one's runs again and
+# mark its MLflow runs KILLED. A run whose files do not read back whole is named on `echo`,
+# moved to `<output_dir>/damaged/<time>/` and run again (see the store's docstring).
+#
+# Only an error of the run itself is FAILED. A run the infrastructure lost (the backend gave up
+# after its resubmissions) and the runs of a cluster that is gone stay not done: the command
+# ends with `EXIT_UNAVAILABLE` and the same command finishes them. A tracking server that stops
+# answering is left alone for the rest of the command; the next start logs what it missed.
 def run_study(
     study: StudySpec,
     backend: str | None = None,

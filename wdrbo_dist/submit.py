@@ -2,13 +2,11 @@
 
 The driver then runs on the cluster's head node (`wdrbo-dist run CONFIG --backend ray
 --address auto`), so a laptop can disconnect while the study runs. The working folder is
-uploaded without `.venv`, `.git` and results; the cluster's Python must have the package's
-dependencies installed (see jobs/README.md). A config outside the working folder travels in
-the job's environment and is written into the job's folder before the study starts.
-
-Ray 2.60 token authentication: when the cluster runs with `RAY_AUTH_MODE=token`, the client
-sends the token found in `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token`, but
-only when `RAY_AUTH_MODE=token` is also set on the submitting machine.
+uploaded without `.venv`, `.git` and results; the cluster's Python needs the package's
+dependencies (jobs/README.md). A config outside the working folder travels in the job's
+environment. With `RAY_AUTH_MODE=token` on the cluster, the client sends the token from
+`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token` when `RAY_AUTH_MODE=token` is
+also set on the submitting machine.
 """
 
 from __future__ import annotations

@@ -1,32 +1,10 @@
 """MLflow tracking: one experiment per study, a parent run holding the config, a child run per run.
 
 The store (parquet) is the canonical data; MLflow is a view of it that the driver keeps in
-step. Two modes, chosen from the URI:
-
-- `driver` (sqlite:///...): only the driver talks to the database (sqlite does not like
-  concurrent writers, and cluster nodes cannot see the file). It logs each child run after
-  the run's parquet is durable.
-- `worker` (http(s)://, a real `mlflow server`): each worker logs its own child run right after
-  `run_one` returns and leaves it RUNNING; the driver marks it FINISHED (or FAILED) once the
-  parquet is durable. A worker killed while logging leaves a RUNNING orphan that the driver
-  marks KILLED, so every run is FINISHED exactly once.
-
-On every start the driver reconciles: each finished run of the store without a FINISHED child
-run is logged from the store (a driver killed between store and tracker loses nothing).
-A server that stops answering mid-study costs seconds, not minutes: MLflow's HTTP retries are
-bounded (`MLFLOW_CLIENT_SETTINGS`), a worker probes /health before logging, and the driver keeps
-the results the server missed in a backlog that it logs when the server answers again.
-
-Child runs are named `problem|algorithm|s<seed>` and tagged `role=run`, `run_key`, `study`,
-`problem`, `algorithm`, `seed`, `fidelity`, `evaluations`, `init_size`, `version`, `host`.
-Params: the algorithm's effective options (defaults of the fidelity merged with the study's).
-Per-step metrics (step = evaluation index): regret, cumulative_regret, regret_reference,
-cumulative_regret_reference, best_y, time_step_s, time_fit_s, time_acquisition_s.
-Run metrics: final_cumulative_regret, final_cumulative_regret_reference, final_regret,
-final_best_y, wall_time_s, total_time_fit_s, total_time_acquisition_s, total_time_truth_s,
-total_inner_solve_s, total_inner_solves, total_inner_programs, total_inner_failures. Artifacts: records.parquet (or
-traceback.txt for a failed run). The experiment holds saved views of the MLflow UI
-(`mlflow_views`): the study's runs, and after `report` one comparison per problem.
+step: with sqlite only the driver logs (after the run's parquet is durable); with an `mlflow
+server` each worker logs its own child run and the driver marks it FINISHED. On every start the
+driver logs what the store holds and MLflow lacks. The comment above `StudyTracker` gives the
+modes, the reconciliation, a silent server, and the runs' names, tags, params and metrics.
 """
 
 from __future__ import annotations
@@ -290,6 +268,33 @@ def find_parent_run(client: "MlflowClient", experiment_id: str) -> str | None:
 # --- the driver's side ------------------------------------------------------------------------------
 
 
+# The store (parquet) is the canonical data; MLflow is a view of it that the driver keeps in
+# step. Two modes, chosen from the URI:
+#
+# - `driver` (sqlite:///...): only the driver talks to the database (sqlite does not like
+#   concurrent writers, and cluster nodes cannot see the file). It logs each child run after
+#   the run's parquet is durable.
+# - `worker` (http(s)://, a real `mlflow server`): each worker logs its own child run right after
+#   `run_one` returns and leaves it RUNNING; the driver marks it FINISHED (or FAILED) once the
+#   parquet is durable. A worker killed while logging leaves a RUNNING orphan that the driver
+#   marks KILLED, so every run is FINISHED exactly once.
+#
+# On every start the driver reconciles: each finished run of the store without a FINISHED child
+# run is logged from the store (a driver killed between store and tracker loses nothing).
+# A server that stops answering mid-study costs seconds, not minutes: MLflow's HTTP retries are
+# bounded (`MLFLOW_CLIENT_SETTINGS`), a worker probes /health before logging, and the driver keeps
+# the results the server missed in a backlog that it logs when the server answers again.
+#
+# Child runs are named `problem|algorithm|s<seed>` and tagged `role=run`, `run_key`, `study`,
+# `problem`, `algorithm`, `seed`, `fidelity`, `evaluations`, `init_size`, `version`, `host`.
+# Params: the algorithm's effective options (defaults of the fidelity merged with the study's).
+# Per-step metrics (step = evaluation index): regret, cumulative_regret, regret_reference,
+# cumulative_regret_reference, best_y, time_step_s, time_fit_s, time_acquisition_s.
+# Run metrics: final_cumulative_regret, final_cumulative_regret_reference, final_regret,
+# final_best_y, wall_time_s, total_time_fit_s, total_time_acquisition_s, total_time_truth_s,
+# total_inner_solve_s, total_inner_solves, total_inner_programs, total_inner_failures. Artifacts: records.parquet (or
+# traceback.txt for a failed run). The experiment holds saved views of the MLflow UI
+# (`mlflow_views`): the study's runs, and after `report` one comparison per problem.
 class StudyTracker:
     """The driver's MLflow view of one study: experiment, parent run, child runs."""
 

@@ -1,6 +1,6 @@
 """GP-UCB (spec 3.3): a GP on the decision only; the context is unmodelled noise.
 
-The paper profile's Adam steps take the compiled kernel (option `adam_pass`, since 0.20.0): the
+The paper profile's Adam steps take the compiled kernel (option `adam_pass`): the
 same acquisition, its gradient in closed form rather than by autograd."""
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The study report: tables and figures on disk, one self-contained HTML page, MLflow copies.
 
-Layout under `dashboards/<study>/`:
-    index.html          the dashboard: tables and interactive figures, plotly.js inline (no network)
-    summary.md          every table as markdown
-    tables/<name>.csv   the tables as numbers (long format, one row per cell or test)
-    figures/<name>.json the plotly figures (plotly's JSON: reopen with plotly.io.read_json)
+Under `dashboards/<study>/`: index.html (the dashboard, plotly.js inline: no network),
+summary.md (every table as markdown), tables/<name>.csv (long format, one row per cell or
+test), figures/<name>.json (plotly's JSON: plotly.io.read_json reopens it).
 
 MLflow: `aggregate_cells` computes what one aggregate run per problem x algorithm holds (the
 per-step mean and standard error across seeds, so the MLflow UI can overlay algorithms);

@@ -1,14 +1,11 @@
 """Pure statistics for comparing algorithms over seeds: no I/O, no pandas state, no plotting.
 
-Conventions (all regrets are "lower is better"):
-- only finite values are data (`is_data`): NaN (missing) and ±inf (a diverged value) are
-  dropped by every estimator here, before counting, so n counts what the mean is taken over;
-- the standard error is the sample standard deviation (ddof = 1) over sqrt(n);
-- ranks are taken within a block (one seed of one problem: the same initial design and the
-  same context stream for every algorithm, so the comparison is paired), rank 1 = lowest
-  regret, ties get the average of the ranks they span;
-- paired comparisons use the difference d = baseline - reference, so d > 0 is a win for the
-  reference method (WDRBO) and a positive effect size favours it.
+Conventions (regrets: lower is better): only finite values are data (`is_data`: NaN and +-inf
+are dropped before counting, so n counts what the mean is taken over); the standard error is
+the sample std (ddof = 1) over sqrt(n); ranks are taken within a block (one seed of one
+problem: the same initial design and context stream for every algorithm, so the comparison is
+paired), rank 1 = lowest regret, ties averaged; paired comparisons use d = baseline -
+reference, so d > 0 is a win for the reference method (WDRBO) and a positive effect favours it.
 """
 
 from __future__ import annotations

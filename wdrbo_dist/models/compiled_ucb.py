@@ -3,26 +3,9 @@ and SBO-KDE's mean UCB (`CompiledUCB`), the UCB at every (candidate, context) pa
 DRBO-KDE, the minimax and StableOpt take a function of (`CompiledPairs`, `CompiledFreshPairs`),
 and GP-UCB's posterior UCB on x alone (`CompiledPosteriorUCB`).
 
-An Adam step asks, for a few candidates x_b and differentiably in x, for the mean UCB over the
-centre's contexts c_j (weights w_j) and, in WDRBO, L(x_b) = max_m ||grad_c UCB(x_b, c_m)|| over
-M Lipschitz points. The arithmetic is small (a few M multiply-adds at n = 99) but torch takes
-it in dozens of calls at several us each, forward and backward. Here one numba kernel (its
-products in BLAS) returns the values and their closed-form x-gradients.
-
-All context-side vectors (kc_j of the centre, kc_m and dkc_m/dc_d of the points) go through
-one numerical basis V [n, r] built once per acquisition: with a = V^T kc and
-B_b = (kx_b * V)^T K^{-1} (kx_b * V) [r, r], a posterior variance is 1 - a^T B_b a and
-dk^T K^{-1} k = da^T B_b a. Where the basis would not save work (about as many vectors as
-data: few points, or two context dimensions) the kernel takes V = I.
-
-The mean term: E_b = c0 + (kx_b * alpha) . u + beta sum_j w_j sigma_bj with u = sum_j w_j kc_j
-(exact). Its x-gradient, with g_bie = -(x_be - z_ie) / l_e^2 and c_bj = w_j / sigma_bj where
-the variance is above the floor (0 below it, as torch's clamp):
-    dE_b/dx_be = sum_i kx_bi g_bie (alpha_i u_i - beta Z_bi),
-    Z_bi = sum_j c_bj kc_ji (K^{-1} (kx_b * kc_j))_i = sum_q S_b[q, i] (V G_b)[i, q],
-where S_b = (kx_b * V)^T K^{-1} and G_b = sum_j c_bj a_j a_j^T. L(x) and its x-gradient at each
-candidate's first maximiser (torch's argmax) follow `gp.context_gradient_jacobian` (its
-docstring derives them). numba is imported only here, when an acquisition first takes this route.
+Why: the arithmetic is small (a few M multiply-adds at n = 99) but torch takes it in dozens of
+calls at several us each; here one numba kernel returns the values and their closed-form
+x-gradients. The comment above `CompiledUCB` derives them.
 """
 
 from __future__ import annotations
@@ -43,6 +26,26 @@ from wdrbo_dist.models.gp import (
 )
 
 
+# An Adam step asks, for a few candidates x_b and differentiably in x, for the mean UCB over the
+# centre's contexts c_j (weights w_j) and, in WDRBO, L(x_b) = max_m ||grad_c UCB(x_b, c_m)|| over
+# M Lipschitz points. The arithmetic is small (a few M multiply-adds at n = 99) but torch takes
+# it in dozens of calls at several us each, forward and backward. Here one numba kernel (its
+# products in BLAS) returns the values and their closed-form x-gradients.
+#
+# All context-side vectors (kc_j of the centre, kc_m and dkc_m/dc_d of the points) go through
+# one numerical basis V [n, r] built once per acquisition: with a = V^T kc and
+# B_b = (kx_b * V)^T K^{-1} (kx_b * V) [r, r], a posterior variance is 1 - a^T B_b a and
+# dk^T K^{-1} k = da^T B_b a. Where the basis would not save work (about as many vectors as
+# data: few points, or two context dimensions) the kernel takes V = I.
+#
+# The mean term: E_b = c0 + (kx_b * alpha) . u + beta sum_j w_j sigma_bj with u = sum_j w_j kc_j
+# (exact). Its x-gradient, with g_bie = -(x_be - z_ie) / l_e^2 and c_bj = w_j / sigma_bj where
+# the variance is above the floor (0 below it, as torch's clamp):
+#     dE_b/dx_be = sum_i kx_bi g_bie (alpha_i u_i - beta Z_bi),
+#     Z_bi = sum_j c_bj kc_ji (K^{-1} (kx_b * kc_j))_i = sum_q S_b[q, i] (V G_b)[i, q],
+# where S_b = (kx_b * V)^T K^{-1} and G_b = sum_j c_bj a_j a_j^T. L(x) and its x-gradient at each
+# candidate's first maximiser (torch's argmax) follow `gp.context_gradient_jacobian` (its
+# docstring derives them). numba is imported only here, when an acquisition first takes this route.
 class CompiledUCB:
     """x [b, d_x] -> E(x) - radius * L(x) [b], differentiable in x (L's gradient left out when
     `detach_lipschitz`): the kernel's arguments but the candidates, as C-contiguous float64

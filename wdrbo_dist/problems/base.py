@@ -1,16 +1,12 @@
 """The `Problem` contract: what a BO run needs to know about a test problem.
 
 A problem knows its decision and context spaces, how the environment draws a context and
-answers a query (the observation model of spec 1.1), the true expectation E_{c~P*}[f(x, c)]
-by the spec's fixed QMC rule, and the exact optimum of that expectation. It knows nothing of
-GPs, algorithms, Ray or MLflow.
-
-Conventions (spec section 0 and 4):
-- decisions `x` live in `decision_bounds` (the unit box for every published problem,
-  [-1, 1] for the general-setting toy); contexts `c` live in `context_bounds`;
-- everything is maximisation;
-- all tensors are float64; randomness comes only from the `torch.Generator` passed in,
-  which always lives on the CPU, so a run gives the same numbers on every device.
+answers a query (spec 1.1), the true expectation E_{c~P*}[f(x, c)] by the spec's fixed QMC
+rule, and that expectation's exact optimum; nothing of GPs, algorithms, Ray or MLflow.
+Conventions (spec 0 and 4): `x` in `decision_bounds` (the unit box, [-1, 1] for the
+general-setting toy), `c` in `context_bounds`; everything is maximisation; all tensors are
+float64 and randomness comes only from the CPU `torch.Generator` passed in, so a run gives the
+same numbers on every device.
 """
 
 from __future__ import annotations
