@@ -79,7 +79,7 @@ LATE_STEPS = 20  # a run's settled behaviour: its last 20 evaluations
 
 def late_regret(regret_in_step_order: pd.Series, last: int = LATE_STEPS) -> float:
     """The mean instantaneous regret over a run's last `last` evaluations: what a method pays
-    per step once it has settled (the toy's caption and benchmarks/toy_behaviour.py)."""
+    per step once it has settled (the toy figure's caption)."""
     return float(regret_in_step_order.iloc[-last:].mean())
 
 

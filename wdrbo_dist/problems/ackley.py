@@ -23,7 +23,7 @@ class Ackley(ClampedNormalProblem):
     dim_c: ClassVar[int] = 1
     qmc_size: ClassVar[int] = 655_360  # not a power of two; the first 655,360 Sobol points
 
-    # Computed by benchmarks/compute_optima.py: every term of the Ackley sum is maximised at
+    # Computed by benchmarks/fidelity/compute_optima.py: every term of the Ackley sum is maximised at
     # z_x = 0 for each context, so x* = (0.5, 0.5) exactly; the value is the QMC rule there.
     optimal_x: tuple[float, ...] = (0.5, 0.5)
     optimal_value: float = -12.531436762860197

@@ -34,7 +34,7 @@ class ModifiedBranin(ClampedNormalProblem):
     dim_x: ClassVar[int] = 2
     dim_c: ClassVar[int] = 2
 
-    # Computed by benchmarks/compute_optima.py (factorised grid, then L-BFGS-B on this QMC rule).
+    # Computed by benchmarks/fidelity/compute_optima.py (factorised grid, then L-BFGS-B on this QMC rule).
     optimal_x: tuple[float, ...] = (0.18524204741989356, 0.2011902455755915)
     optimal_value: float = -16.064775362065536
     reference_optimal_value: float = -16.0649

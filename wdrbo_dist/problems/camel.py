@@ -30,7 +30,7 @@ class ThreeHumpCamel(ClampedNormalProblem):
     dim_x: ClassVar[int] = 1
     dim_c: ClassVar[int] = 1
 
-    # Computed by benchmarks/compute_optima.py (dense grid + bounded Brent on this QMC rule).
+    # Computed by benchmarks/fidelity/compute_optima.py (dense grid + bounded Brent on this QMC rule).
     # Not exactly 0.5: the rule's node at v = 0 (c = 0) has no mirror image, so E[2c - 1] = -2^-16.
     optimal_x: tuple[float, ...] = (0.5000019073489662,)
     optimal_value: float = -0.15640959865334464
@@ -54,7 +54,7 @@ class SixHumpCamel(ClampedNormalProblem):
     dim_c: ClassVar[int] = 1
     context_mean: ClassVar[float] = 0.6
 
-    # Computed by benchmarks/compute_optima.py (dense grid + bounded Brent on this QMC rule).
+    # Computed by benchmarks/fidelity/compute_optima.py (dense grid + bounded Brent on this QMC rule).
     # (argmax, value) under the observation scaling ("paper") and the truth scaling ("reference").
     OBSERVED_OPTIMUM: ClassVar[tuple[tuple[float, ...], float]] = (
         (0.4938479198885849,),

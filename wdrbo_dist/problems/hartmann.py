@@ -41,7 +41,7 @@ class Hartmann(ClampedNormalProblem):
     dim_x: ClassVar[int] = 5
     dim_c: ClassVar[int] = 1
 
-    # Computed by benchmarks/compute_optima.py (multi-start L-BFGS-B on this QMC rule).
+    # Computed by benchmarks/fidelity/compute_optima.py (multi-start L-BFGS-B on this QMC rule).
     optimal_x: tuple[float, ...] = (
         0.19832202187663514,
         0.15166963935880157,

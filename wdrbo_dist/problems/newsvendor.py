@@ -32,7 +32,7 @@ class Newsvendor(QMCProblem):
     dim_x: ClassVar[int] = 1
     dim_c: ClassVar[int] = 1
 
-    # Closed form, checked by benchmarks/compute_optima.py: dE/dx = 8 P(c > x) - 4, so the QMC
+    # Closed form, checked by benchmarks/fidelity/compute_optima.py: dE/dx = 8 P(c > x) - 4, so the QMC
     # rule is maximal (and flat) between its two middle nodes F^-1(1/2 - 2^-16) and F^-1(1/2);
     # the demand median F^-1(1/2) = (2^(1/20) - 1)^(1/2) is an argmax. Value = the rule there.
     optimal_x: tuple[float, ...] = (math.sqrt(2 ** (1 / BURR_D) - 1),)

@@ -126,7 +126,7 @@ class PortfolioUniform(_Portfolio):
     name: ClassVar[str] = "portfolio-uniform"
     display_name: ClassVar[str] = "Portfolio (Uniform)"
 
-    # Computed by benchmarks/compute_optima.py (41^3 grid, then L-BFGS-B on this QMC rule).
+    # Computed by benchmarks/fidelity/compute_optima.py (41^3 grid, then L-BFGS-B on this QMC rule).
     optimal_x: tuple[float, ...] = (0.0, 1.0, 0.5563740527794453)
     optimal_value: float = 18.08479127913946
     reference_optimal_value: float = 19.0
@@ -144,7 +144,7 @@ class PortfolioNormal(_Portfolio, ClampedNormalProblem):
     name: ClassVar[str] = "portfolio-normal"
     display_name: ClassVar[str] = "Portfolio (Normal)"
 
-    # Computed by benchmarks/compute_optima.py (41^3 grid, then L-BFGS-B on this QMC rule).
+    # Computed by benchmarks/fidelity/compute_optima.py (41^3 grid, then L-BFGS-B on this QMC rule).
     optimal_x: tuple[float, ...] = (0.0, 1.0, 0.09615949919797814)
     optimal_value: float = 19.748832030647677
     reference_optimal_value: float = 21.0

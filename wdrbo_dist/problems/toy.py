@@ -42,7 +42,7 @@ class ToyGeneral(Problem):
     dim_x: ClassVar[int] = 1
     dim_c: ClassVar[int] = 1
 
-    # Computed by benchmarks/compute_optima.py: the root in t = |x| of a*/(t+0.2)^2 = 1/(2 sqrt(t+0.05))
+    # Computed by benchmarks/fidelity/compute_optima.py: the root in t = |x| of a*/(t+0.2)^2 = 1/(2 sqrt(t+0.05))
     # (Brent, xtol 1e-15); f is even in x, the positive root is returned.
     optimal_x: tuple[float, ...] = (0.23874794321521775,)
     optimal_value: float = 0.05439779480125018
