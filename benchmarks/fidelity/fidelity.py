@@ -28,7 +28,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
