@@ -18,7 +18,6 @@ import wdrbo_dist
 PACKAGE = Path(wdrbo_dist.__file__).parent
 
 LAYERS: list[set[str]] = [
-    {"portable"},  # the package's __init__ sets its environment before anything else loads
     {"__init__", "threads", "allocator", "records", "data"},
     {"models", "problems"},
     {"acquisition"},
@@ -94,3 +93,18 @@ def test_the_run_knows_nothing_of_storage_tracking_or_scheduling() -> None:
     graph = import_graph()
     assert not graph["run"] & {"store", "tracking", "backends", "study", "config"}
     assert not graph["analysis"] & {"tracking", "backends", "study"}  # analysis reads the store only
+
+
+def test_importing_the_package_leaves_numpys_cpu_features_alone() -> None:
+    """A notebook that imports the package first keeps NumPy's own kernels: no feature is off."""
+    import subprocess
+    import sys
+
+    def features(first: str) -> str:
+        code = (f"{first}import numpy; f = numpy._core._multiarray_umath.__cpu_features__; "
+                "print(sorted(k for k, v in f.items() if v))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    assert features("import wdrbo_dist.run, wdrbo_dist.cli; ") == features("")

@@ -25,7 +25,6 @@ from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from wdrbo_dist import __version__
-from wdrbo_dist.portable import check_portable
 from wdrbo_dist.records import SUMMED_COLUMNS, Step, records_from_steps
 
 OptionValue = bool | int | float | str
@@ -199,7 +198,6 @@ def run_one(spec: RunSpec, progress: bool = False, capture_errors: bool = True) 
     options: dict[str, Any] = {}
     try:
         options = validate_spec(spec)
-        check_portable()  # warns once where NumPy came before the package (records may differ by CPU)
         # NumPy's BLAS only sees n <= a few hundred matrices here; its threads cost far more
         # than they save, and spin against torch's (measured: 8 ms vs 0.2 ms per GP objective).
         with threadpool_limits(limits=1, user_api="blas"):
