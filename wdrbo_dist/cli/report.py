@@ -70,7 +70,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     study, data = _load_data(args)
     folder = study_folder(Path(args.dashboards), study.name)
-    source = str(study.source) if study.source else args.config
+    source = args.config  # as the user named it: no machine path on the page
     tables, files = build_report(data, folder, source=source)
     print(main_table_text(data, tables))
     status = 0
