@@ -263,7 +263,7 @@ def run_all(jobs: list[tuple[Key, RunSpec, Variant]], workers: int) -> dict[Key,
     own local backend, or with a process setting a fresh process per run."""
     from wdrbo_dist.backends import map_tasks
     from wdrbo_dist.backends.task import Task
-    from wdrbo_dist.study import expected_cost
+    from wdrbo_dist.study import expected_cost, run_captured
 
     jobs = sorted(jobs, key=lambda job: -expected_cost(job[1]))
     outcomes: dict[Key, Outcome] = {}
@@ -278,7 +278,7 @@ def run_all(jobs: list[tuple[Key, RunSpec, Variant]], workers: int) -> dict[Key,
     warm_up = [replace(spec, seed=worker, evaluations=4, init_size=2)
                for spec in {job[1].algorithm: job[1] for job in jobs}.values() for worker in range(workers)]
     tasks = [Task(spec=spec, expected_cost=expected_cost(spec)) for spec in warm_up + [spec for _, spec, _ in jobs]]
-    for done in map_tasks(tasks, "local", workers):
+    for done in map_tasks(tasks, "local", workers, run=run_captured):
         result, spec = done.result, done.task.spec
         if not result.ok:
             raise SystemExit(f"{spec.label} {spec.options_dict} failed: {result.error}")

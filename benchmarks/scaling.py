@@ -37,7 +37,7 @@ if "RAY_AUTH_MODE" not in os.environ:  # a private token: nothing written to ~/.
 
 from wdrbo_dist.backends import map_tasks  # noqa: E402
 from wdrbo_dist.config import parse_study_config  # noqa: E402
-from wdrbo_dist.study import make_tasks  # noqa: E402
+from wdrbo_dist.study import make_tasks, run_captured  # noqa: E402
 
 
 def study(evaluations: int, seeds: int, out: Path):
@@ -51,11 +51,11 @@ def study(evaluations: int, seeds: int, out: Path):
 def measure(backend: str, workers: int, evaluations: int, seeds: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         spec = study(evaluations, seeds, Path(tmp))
-        tasks = make_tasks(spec, spec.runs, None)
+        tasks = make_tasks(spec, spec.runs)
         start = time.monotonic()
         first_submit = None
         outcomes = []
-        for outcome in map_tasks(tasks, backend, workers):
+        for outcome in map_tasks(tasks, backend, workers, run=run_captured):
             first_submit = outcome.submitted_at if first_submit is None else min(first_submit, outcome.submitted_at)
             outcomes.append(outcome)
         wall = time.monotonic() - start

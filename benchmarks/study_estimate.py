@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,10 +30,15 @@ default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
+from wdrbo_dist.cli.progress import Progress  # noqa: E402
 from wdrbo_dist.config import parse_study_config  # noqa: E402
 from wdrbo_dist.study import run_study  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def makespan(durations: list[float], workers: int) -> float:
@@ -90,7 +96,8 @@ def main() -> None:
         })
         print(f"measuring {len(probe.runs)} runs (one seed per cell, {probe.evaluations} evaluations) on "
               f"{args.backend} with {args.workers} workers ...", flush=True)
-        report = run_study(probe, backend=args.backend, workers=args.workers, progress=True)
+        report = run_study(probe, backend=args.backend, workers=args.workers, echo=_stderr,
+                           progress=lambda tasks: Progress(tasks, True, _stderr))
     scaled = probe.evaluations != full.evaluations
     per_cell = {(r.spec.problem, r.spec.algorithm): extrapolate(r, full.evaluations) for r in report.finished}
 

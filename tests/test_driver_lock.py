@@ -22,8 +22,9 @@ from wdrbo_dist.cli.study import EXIT_IN_USE
 from wdrbo_dist.config import load_study_config
 from wdrbo_dist.records import CORE_COLUMNS
 from wdrbo_dist.run import RunResult
-from wdrbo_dist.store import LOCK_NAME, FolderInUse, ResultStore, driver_lock
-from wdrbo_dist.tracking import check_tracking_uri
+from wdrbo_dist.folder_lock import LOCK_NAME, FolderInUse, driver_lock
+from wdrbo_dist.store import ResultStore
+from wdrbo_dist.tracking.connection import check_tracking_uri
 
 CLI = str(Path(sys.executable).with_name("wdrbo-dist"))
 FAST = {"raw_samples": 16, "num_restarts": 2}
@@ -32,7 +33,7 @@ HELD_BY = "wdrbo-dist run configs/held.yaml"
 # driver starts pool or Ray processes) that outlives it when it is killed.
 HOLDER = f"""
 import subprocess, sys, time
-from wdrbo_dist.store import driver_lock
+from wdrbo_dist.folder_lock import driver_lock
 with driver_lock(sys.argv[1], command={HELD_BY!r}):
     child = subprocess.Popen(["sleep", "300"], close_fds=False)
     print(child.pid, flush=True)

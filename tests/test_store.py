@@ -12,7 +12,8 @@ import pytest
 
 from wdrbo_dist.records import CORE_COLUMNS
 from wdrbo_dist.run import RunResult, RunSpec, resolved_options
-from wdrbo_dist.store import ResultStore, spec_from_dict, write_parquet_atomic
+from wdrbo_dist.atomic import write_parquet_atomic
+from wdrbo_dist.store import ResultStore, spec_from_dict
 
 
 def records(n: int = 7, seed: int = 0) -> pd.DataFrame:

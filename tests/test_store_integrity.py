@@ -17,7 +17,8 @@ from wdrbo_dist.cli import main
 from wdrbo_dist.config import load_study_config
 from wdrbo_dist.records import CORE_COLUMNS
 from wdrbo_dist.run import RunResult, RunSpec
-from wdrbo_dist.store import ResultStore, write_json_atomic, write_parquet_atomic
+from wdrbo_dist.atomic import write_json_atomic, write_parquet_atomic
+from wdrbo_dist.store import ResultStore
 
 FAST = {"raw_samples": 16, "num_restarts": 2}
 

@@ -14,12 +14,14 @@ from mlflow.tracking import MlflowClient
 
 from wdrbo_dist import study as study_module
 from wdrbo_dist.cli import main
-from wdrbo_dist.config import StudySpec, parse_study_config
+from wdrbo_dist.cli.ctrl_c import CtrlC
+from wdrbo_dist.config import parse_study_config
 from wdrbo_dist.problems import PROBLEMS
 from wdrbo_dist.problems.camel import ThreeHumpCamel
 from wdrbo_dist.store import ResultStore
+from wdrbo_dist.study_spec import StudySpec
 from wdrbo_dist.study import run_study
-from wdrbo_dist.tracking import StudyTracker
+from wdrbo_dist.tracking.study_tracker import StudyTracker
 
 FAST = {"raw_samples": 32, "num_restarts": 2}
 
@@ -79,15 +81,15 @@ def test_a_raising_run_is_recorded_failed_named_and_the_others_finish(tmp_path, 
 
 def test_resume_runs_only_what_is_missing_and_force_runs_everything(tmp_path):
     data = study_data(tmp_path, problems=["newsvendor"], seeds=[1], tracking_uri="none")
-    first = run_study(parse_study_config(data), progress=False, echo=lambda _: None)
+    first = run_study(parse_study_config(data))
     assert (len(first.finished), first.exit_code) == (1, 0)
     store = ResultStore(tmp_path / "out")
     [key] = store.finished_keys()
     saved = store.read_meta(key)["saved_at"]
-    grown = run_study(parse_study_config(data | {"seeds": [1, 2]}), progress=False, echo=lambda _: None)
+    grown = run_study(parse_study_config(data | {"seeds": [1, 2]}))
     assert [r.spec.seed for r in grown.finished] == [2] and len(grown.plan.finished) == 1
     assert store.read_meta(key)["saved_at"] == saved  # not re-run
-    forced = run_study(parse_study_config(data), force=True, progress=False, echo=lambda _: None)
+    forced = run_study(parse_study_config(data), force=True)
     assert len(forced.finished) == 1 and store.read_meta(key)["saved_at"] > saved
 
 
@@ -104,7 +106,8 @@ def test_an_unreachable_tracking_server_stops_before_any_run(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-# Ctrl-C in the study loop (serial backend: the runs go on in this process's main thread).
+# Ctrl-C in the study loop (serial backend: the runs go on in this process's main thread), with the
+# command line's guard, as `wdrbo-dist run` hands it to the driver.
 
 @pytest.fixture()
 def ctrl_c_default():
@@ -136,14 +139,14 @@ def four_runs(tmp_path: Path) -> StudySpec:
 def test_a_ctrl_c_a_finaliser_dropped_still_stops_the_study_after_the_next_outcome(tmp_path, monkeypatch, ctrl_c_default):
     serial = study_module.map_tasks
 
-    def backend_dropping_ctrl_c(tasks, backend, workers=1, address=None):
-        for index, outcome in enumerate(serial(tasks, "serial")):
+    def backend_dropping_ctrl_c(tasks, backend, workers=1, address=None, **functions):
+        for index, outcome in enumerate(serial(tasks, "serial", **functions)):
             if index == 1:
                 DropsCtrlC()  # collected at once, in the middle of the backend's own work
             yield outcome
 
     monkeypatch.setattr(study_module, "map_tasks", backend_dropping_ctrl_c)
-    report = run_study(four_runs(tmp_path), progress=False, echo=lambda _: None)
+    report = run_study(four_runs(tmp_path), ctrl_c=CtrlC())
     assert (report.interrupted, report.exit_code, len(report.finished), report.not_done) == (True, 130, 2, 2)
     assert len(ResultStore(tmp_path / "out").finished_keys()) == 2
 
@@ -163,7 +166,7 @@ def test_ctrl_c_while_an_outcome_is_stored_and_logged_waits_for_it_unless_presse
         calls.append("logged")
 
     monkeypatch.setattr(StudyTracker, "record", record_while_ctrl_c_is_pressed)
-    report = run_study(four_runs(tmp_path), progress=False, echo=lambda _: None)
+    report = run_study(four_runs(tmp_path), ctrl_c=CtrlC())
     assert calls == (["started", "logged"] if presses == 1 else ["started"])
     assert (report.interrupted, report.exit_code, len(report.finished), report.not_done) == (True, 130, 1, 3)
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
@@ -176,7 +179,7 @@ def test_ctrl_c_while_an_outcome_is_stored_and_logged_waits_for_it_unless_presse
     # and says so; the next command logs the stored run with the rest.
     assert finished_in_mlflow() == (1 if presses == 1 else 0)
     assert any("second Ctrl-C" in line for line in report.tracking_warnings) == (presses == 2)
-    again = run_study(four_runs(tmp_path), progress=False, echo=lambda _: None)
+    again = run_study(four_runs(tmp_path), ctrl_c=CtrlC())
     assert (again.exit_code, len(again.finished), finished_in_mlflow()) == (0, 3, 4)
 
 
@@ -185,7 +188,7 @@ def test_a_driver_started_ignoring_sigint_keeps_ignoring_it(tmp_path, monkeypatc
     try:
         record = StudyTracker.record
         monkeypatch.setattr(StudyTracker, "record", lambda self, *args: (press_ctrl_c(), record(self, *args))[1])
-        report = run_study(four_runs(tmp_path), progress=False, echo=lambda _: None)
+        report = run_study(four_runs(tmp_path), ctrl_c=CtrlC())
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -13,7 +13,9 @@ from test_store import failed, finished, spec
 from wdrbo_dist.config import parse_study_config
 from wdrbo_dist.run import RunSpec
 from wdrbo_dist.store import ResultStore
-from wdrbo_dist.tracking import STEP_METRICS, StudyTracker, TrackingError, check_tracking_uri, log_child_run
+from wdrbo_dist.tracking.child_runs import STEP_METRICS, log_child_run
+from wdrbo_dist.tracking.connection import TrackingError, check_tracking_uri
+from wdrbo_dist.tracking.study_tracker import StudyTracker
 
 STUDY = {"name": "unit", "problems": ["newsvendor"], "algorithms": [{"name": "erbo", "options": {"beta": 2.0}}],
          "seeds": [1, 2, 3], "evaluations": 7, "init_size": 5, "tracking_uri": "none"}

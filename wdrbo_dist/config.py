@@ -1,4 +1,4 @@
-"""Study files: YAML -> a validated `StudySpec` -> the list of `RunSpec`.
+"""Study files: YAML -> a validated `StudySpec` (`study_spec`) -> the list of `RunSpec`.
 
 Everything a study needs is checked here, before any work starts, so that a typo costs one
 line of output instead of an hour of runs. Each error is a `ConfigError` whose message is one
@@ -14,16 +14,16 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from wdrbo_dist.acquisition.options import describe
-from wdrbo_dist.backends import BACKENDS
+from wdrbo_dist.backend_names import BACKENDS
 from wdrbo_dist.problems.base import FIDELITIES
-from wdrbo_dist.run import OptionValue, RunSpec
+from wdrbo_dist.run import OptionValue
+from wdrbo_dist.study_spec import DEFAULT_TRACKING_URI, NO_TRACKING, AlgorithmSettings, Resources, StudySpec
 
 TOP_LEVEL_KEYS = (
     "name", "description", "fidelity", "problems", "algorithms", "seeds", "evaluations",
@@ -36,98 +36,10 @@ SEED_KEYS = ("start", "count")
 SEED_MAX = 2**63 - 1  # the analysis holds seeds as int64
 SEEDS_MAX = 100_000  # seeds in one study: more is a typo (and a run list too big to build)
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
-NO_TRACKING = "none"
 
 
 class ConfigError(ValueError):
     """A bad study file; the message is one line naming the field and its allowed values."""
-
-
-@dataclass(frozen=True)
-class Resources:
-    """What one run of an algorithm asks the scheduler for (Ray task options)."""
-
-    num_cpus: float = 1.0
-    num_gpus: float = 0.0
-
-    @property
-    def threads(self) -> int:
-        """Torch / OpenMP threads for a run: its whole CPUs, at least one."""
-        return max(1, int(self.num_cpus))
-
-
-@dataclass(frozen=True)
-class AlgorithmSettings:
-    """One algorithm of a study (or one variant of it): its options and resources."""
-
-    name: str
-    options: dict[str, OptionValue] = field(default_factory=dict)
-    resources: Resources = Resources()
-    variant: str = ""  # the label of a variant ("" when the study runs the algorithm once)
-
-    @property
-    def label(self) -> str:
-        return self.variant or self.name
-
-
-@dataclass(frozen=True)
-class StudySpec:
-    """A validated study: what to run (problems x algorithms x seeds) and where to put it."""
-
-    name: str
-    fidelity: str
-    problems: list[str]
-    algorithm_settings: list[AlgorithmSettings]
-    seeds: list[int]
-    evaluations: int = 100
-    init_size: int = 5
-    backend: str = "local"
-    workers: int = 2
-    tracking_uri: str = DEFAULT_TRACKING_URI
-    output_dir: Path = Path("results")
-    description: str = ""
-    source: Path | None = None  # the YAML file it came from
-    raw: dict[str, Any] = field(default_factory=dict)  # the parsed YAML (logged to MLflow)
-
-    @property
-    def algorithms(self) -> list[str]:
-        """The algorithms' labels: the names, or the variants' labels."""
-        return [a.label for a in self.algorithm_settings]
-
-    @property
-    def tracking_enabled(self) -> bool:
-        return self.tracking_uri != NO_TRACKING
-
-    def settings(self, label: str) -> AlgorithmSettings:
-        for entry in self.algorithm_settings:
-            if entry.label == label:
-                return entry
-        raise KeyError(label)
-
-    def resources(self, algorithm: str) -> Resources:
-        return self.settings(algorithm).resources
-
-    @property
-    def runs(self) -> list[RunSpec]:
-        """Every run of the study, problem-major, then algorithm, then seed."""
-        return [
-            RunSpec.make(
-                options=entry.options,
-                algorithm=entry.name,
-                problem=problem,
-                seed=seed,
-                evaluations=self.evaluations,
-                init_size=self.init_size,
-                fidelity=self.fidelity,
-                device="cuda" if entry.resources.num_gpus > 0 else "cpu",
-                study=self.name,
-                variant=entry.variant,
-            )
-            for problem in self.problems
-            for entry in self.algorithm_settings
-            for seed in self.seeds
-        ]
 
 
 # --- loading ------------------------------------------------------------------------------------

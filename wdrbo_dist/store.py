@@ -1,26 +1,19 @@
 """The canonical result store: one parquet file of per-step records per run, written atomically.
 
 Under `<out>/`: `runs/<run_key>.parquet` and `.json` (records and meta of a finished run),
-`failed/<run_key>.json`, `damaged/<time>/` (files set aside, kept) and `driver.lock`. Each file
-is written to a temporary name, flushed and renamed, parquet first, so a crash never leaves a
-half-written result. Only the driver writes here. The comment above `ResultStore` gives the
+`failed/<run_key>.json`, `damaged/<time>/` (files set aside, kept) and `driver.lock`
+(`folder_lock`). Each file is written atomically (`atomic`), parquet first, so a crash never
+leaves a half-written result. Only the driver writes here. The comment above `ResultStore` gives the
 layout, what makes a run finished or damaged, and the meta's fields.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import errno
-import fcntl
 import json
 import os
-import shlex
-import socket
-import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,52 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wdrbo_dist import __version__
+from wdrbo_dist.atomic import fsync_dir, write_json_atomic, write_parquet_atomic
 from wdrbo_dist.run import RunResult, RunSpec
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Make a rename in `folder` durable (a no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
-    """Call `write(tmp)` on a temporary file beside `path`, flush it to disk, rename it to `path`.
-
-    A reader sees the old file or the whole new one, never a part, even after a machine crash.
-    """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
-
-
-def write_parquet_atomic(frame: pd.DataFrame, path: str | os.PathLike[str]) -> None:
-    """Write `frame` to `path` as parquet, atomically."""
-    write_atomic(path, lambda tmp: frame.to_parquet(tmp, index=False))
-
-
-def write_json_atomic(payload: dict, path: str | os.PathLike[str]) -> None:
-    """Write `payload` as JSON to `path`, atomically."""
-    text = json.dumps(payload, indent=1, sort_keys=True, default=str)
-    write_atomic(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def spec_to_dict(spec: RunSpec) -> dict[str, Any]:
@@ -295,7 +244,7 @@ class ResultStore:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(path, target)
         for changed in (self.runs_dir, self.failed_dir, *folder.iterdir(), folder, folder.parent):
-            _fsync_dir(changed)
+            fsync_dir(changed)
         return folder
 
     def _finished_damage(self, run_key: str) -> Damage | None:
@@ -354,72 +303,3 @@ class ResultStore:
             host=meta.get("host", ""),
             pid=int(meta.get("pid", 0)),
         )
-
-
-# --- one driver per output folder -------------------------------------------------------------
-
-LOCK_NAME = "driver.lock"
-
-
-class FolderInUse(RuntimeError):
-    """Another driver is at work on the output folder; the message names it, in one line."""
-
-
-@contextmanager
-def driver_lock(output_dir: str | os.PathLike[str], command: str | None = None) -> Iterator[Path | None]:
-    """Hold `<output_dir>/driver.lock` for the body, or raise `FolderInUse` naming the holder.
-
-    A second driver on the same folder would re-run what the first has in flight and mark
-    the first's MLflow runs KILLED. The hold is an flock on the open file: the OS drops it
-    when the process ends, however it ends (SIGKILL, out of memory), so a crashed driver leaves
-    nothing stuck. The file only says who holds it (host, pid, start, command), for the
-    message; it is never deleted, as a second process may be about to lock it. The descriptor
-    is close-on-exec, so the spawned pool and Ray processes never hold it. Yields the lock
-    file, or None where the file system cannot lock (the caller warns: no protection there).
-    """
-    path = Path(output_dir) / LOCK_NAME
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        locked = _lock(fd, path)
-        if locked:
-            holder = {"host": socket.gethostname(), "pid": os.getpid(),
-                      "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-                      "command": command if command is not None else shlex.join(sys.argv)}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(holder).encode(), 0)
-        try:
-            yield path if locked else None
-        finally:
-            if locked:
-                os.ftruncate(fd, 0)
-    finally:
-        os.close(fd)  # releases the flock
-
-
-def _lock(fd: int, path: Path) -> bool:
-    """Take the flock without waiting: True, False where the file system has no locks, or
-    `FolderInUse` while another process holds it."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise FolderInUse(f"{path.parent} is in use by another driver ({_holder(path)}); "
-                              "wait for it to end or stop it, then run again") from None
-        return False
-    return True
-
-
-def _holder(path: Path, wait_s: float = 1.0) -> str:
-    """The lock holder's details as one phrase (it writes them right after it locks)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            holder = json.loads(path.read_text())
-            text = (f"pid {holder['pid']} on host {holder['host']}, started {holder['started']}, "
-                    f"command: {holder['command']}")
-            return " ".join(text.split())
-        except (OSError, ValueError, KeyError, TypeError):
-            if time.monotonic() > deadline:
-                return f"a process that has not written its details to {path}"
-            time.sleep(0.05)

@@ -4,34 +4,71 @@ Only the driver decides what is finished: a result is finished once the store ha
 parquet durable, and only then does the tracker mark its MLflow run FINISHED. A driver that
 dies leaves every finished run on disk; the same command then runs only what is missing. The
 comment above `run_study` gives the lock, damaged files, lost runs and a silent tracking server.
+The command line brings what a person sees: the progress bar, console text and Ctrl-C handling.
 """
 
 from __future__ import annotations
 
-import signal
-import sys
-import threading
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from typing import Protocol
 
+from wdrbo_dist.atomic import write_json_atomic
 from wdrbo_dist.backends import map_tasks
 from wdrbo_dist.backends.task import ClusterGone, Outcome, Task
-from wdrbo_dist.config import StudySpec
-from wdrbo_dist.mlflow_views import ui_lines
-from wdrbo_dist.run import RunResult, RunSpec, resolved_options
-from wdrbo_dist.store import ResultStore, driver_lock, write_json_atomic
-from wdrbo_dist.tracking import StudyTracker, check_tracking_uri
+from wdrbo_dist.folder_lock import driver_lock
+from wdrbo_dist.run import RunResult, RunSpec, resolved_options, run_one
+from wdrbo_dist.store import ResultStore
+from wdrbo_dist.study_spec import StudySpec
+from wdrbo_dist.tracking.connection import check_tracking_uri
+from wdrbo_dist.tracking.study_tracker import StudyTracker
 
 Echo = Callable[[str], None]
 # Runs lost to the infrastructure or a cluster that is gone: nothing wrong with the study, run the
 # same command again when the cluster is back (sysexits.h's EX_UNAVAILABLE).
 EXIT_UNAVAILABLE = 69
 
+# The run function the backends map: the run's own errors become a FAILED result, never an
+# exception, so that a deterministic error is recorded once and not retried.
+run_captured = functools.partial(run_one, progress=False, capture_errors=True)
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+
+def _silent(line: str) -> None:
+    pass
+
+
+class Watcher(Protocol):
+    """What the command line shows of a study's outcomes as they come (a progress bar)."""
+
+    def update(self, outcome: Outcome) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Guard(Protocol):
+    """How Ctrl-C reaches the study loop (the command line's `CtrlC`): `taken` around the loop,
+    `deferred` around settling one outcome, `cut_short` once a second Ctrl-C stopped one."""
+
+    cut_short: bool
+
+    def taken(self) -> AbstractContextManager[None]: ...
+
+    def deferred(self) -> AbstractContextManager[None]: ...
+
+
+class _NoGuard:
+    """Ctrl-C as Python raises it, wherever the loop is."""
+
+    cut_short = False
+
+    def taken(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def deferred(self) -> AbstractContextManager[None]:
+        return nullcontext()
 
 
 def relative_cost(spec: RunSpec) -> float:
@@ -96,78 +133,16 @@ def study_status(study: StudySpec) -> StudyStatus:
     return StudyStatus({key: (d, f, m) for key, (d, f, m) in cells.items()}, damaged)
 
 
-def make_tasks(study: StudySpec, specs: Sequence[RunSpec], tracker: StudyTracker | None) -> list[Task]:
+def make_tasks(study: StudySpec, specs: Sequence[RunSpec]) -> list[Task]:
     """Tasks in start order: the longest expected first (ties keep the study's order)."""
-    context = tracker.worker_context() if tracker else None
     tasks = []
     for spec in specs:
         resources = study.resources(spec.algorithm_label)
         tasks.append(Task(
             spec=spec, threads=resources.threads, num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
-            expected_cost=expected_cost(spec), tracking=context,
+            expected_cost=expected_cost(spec),
         ))
     return sorted(tasks, key=lambda t: -t.expected_cost)
-
-
-class Progress:
-    """done / failed / remaining and an ETA weighted by expected cost (longest runs go first,
-    so a count-based rate would be pessimistic early on)."""
-
-    def __init__(self, tasks: Sequence[Task], enabled: bool, echo: Echo) -> None:
-        self.total = len(tasks)
-        self.total_cost = sum(t.expected_cost for t in tasks) or 1.0
-        self.done = self.failed = self.lost = 0
-        self.cost_done = 0.0
-        self.start = time.monotonic()
-        self.echo = echo
-        self.bar = None
-        if enabled and self.total and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=round(self.total_cost, 3), unit="", bar_format=(
-                "{l_bar}{bar}| [{elapsed}<{remaining}{postfix}]"), desc="study", leave=True)
-            self._postfix()
-        self.lines = enabled and self.bar is None
-
-    def _postfix(self) -> None:
-        if self.bar is not None:
-            lost = f" lost {self.lost}" if self.lost else ""
-            self.bar.set_postfix_str(f"done {self.done} failed {self.failed}{lost} remaining {self.remaining}")
-
-    @property
-    def remaining(self) -> int:
-        return self.total - self.done - self.failed - self.lost
-
-    def eta_s(self) -> float:
-        elapsed = time.monotonic() - self.start
-        if self.cost_done <= 0:
-            return float("nan")
-        return elapsed * (self.total_cost - self.cost_done) / self.cost_done
-
-    def update(self, outcome: Outcome) -> None:
-        if outcome.lost:
-            self.lost += 1
-        elif outcome.result.ok:
-            self.done += 1
-        else:
-            self.failed += 1
-        self.cost_done += outcome.task.expected_cost
-        if self.bar is not None:
-            self.bar.update(outcome.task.expected_cost)
-            self._postfix()
-        elif self.lines:
-            eta = self.eta_s()
-            eta_text = "?" if eta != eta else f"{eta:.0f} s"
-            status = "lost" if outcome.lost else outcome.result.status.lower()
-            self.echo(
-                f"[{self.total - self.remaining}/{self.total}] {status} "
-                f"{outcome.task.spec.label} in {outcome.result.wall_time_s:.1f} s "
-                f"(done {self.done}, failed {self.failed}, remaining {self.remaining}, ETA {eta_text})"
-            )
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 @dataclass
@@ -198,34 +173,6 @@ class StudyReport:
         """Runs of this command's plan that neither finished nor failed."""
         return len(self.plan.todo) - len(self.finished) - len(self.failed)
 
-    def lines(self) -> list[str]:
-        p = self.plan
-        out = [
-            f"study {self.study.name}: {len(p.runs)} runs; this command: {len(self.finished)} finished, "
-            f"{len(self.failed)} failed, {f'{len(self.lost)} lost, ' if self.lost else ''}"
-            f"{len(p.finished)} skipped (already finished), "
-            f"{len(p.failed)} skipped (failed before) in {self.wall_time_s:.1f} s",
-        ]
-        if self.cluster_gone:
-            out.append(f"cluster gone: {self.cluster_gone}; {self.not_done} runs not done, every finished run "
-                       f"is in the store; run the same command again when the cluster is back (exit {EXIT_UNAVAILABLE})")
-        elif self.interrupted:
-            out.append(f"interrupted: {self.not_done} runs not done; run the same command again to finish them")
-        for outcome in self.lost:
-            out.append(f"LOST {outcome.task.spec.label} [{outcome.task.spec.run_key}] after {outcome.attempts} "
-                       f"attempts: {outcome.lost[:200]} (not FAILED: the same command runs it again)")
-        for result in self.failed:
-            last = (result.error or "").strip().splitlines()[-1:] or ["(no traceback)"]
-            out.append(f"FAILED {result.spec.label} [{result.spec.run_key}]: {last[0][:200]}")
-        for spec in p.failed:
-            out.append(f"FAILED before {spec.label} [{spec.run_key}] (re-run with --rerun-failed)")
-        if self.failed or p.failed:
-            out.append(f"tracebacks: {self.study.output_dir / 'failed'}/<run_key>.json")
-        out.extend(f"warning: {w}" for w in self.tracking_warnings[:5])
-        if self.runs_address:
-            out += ui_lines({"": self.runs_address}, self.study.tracking_uri)
-        return out
-
 
 # One driver per output folder: a second one (another terminal, a resubmitted job) stops with
 # `FolderInUse` before it touches anything, since it would run the first one's runs again and
@@ -243,11 +190,14 @@ def run_study(
     address: str | None = None,
     force: bool = False,
     rerun_failed: bool = False,
-    progress: bool = True,
-    echo: Echo = _stderr,
+    progress: Callable[[Sequence[Task]], Watcher] | None = None,
+    echo: Echo = _silent,
+    ctrl_c: Guard | None = None,
 ) -> StudyReport:
     """Run what is missing of `study`; see the module docstring for the guarantees.
 
+    `progress` makes the watcher of the tasks about to run, `echo` takes the driver's lines
+    and `ctrl_c` guards the loop: the command line's, none by default.
     Raises `FolderInUse` (before any work) while another driver holds the output folder,
     `TrackingError` or `ClusterUnreachable` (before any work) for a store or an address that
     does not answer.
@@ -263,7 +213,7 @@ def run_study(
             echo(f"warning: {study.output_dir} cannot be locked (no file locks here): "
                  "nothing stops a second driver on it")
         return _run_locked(study, backend or study.backend, workers or study.workers, address,
-                           force, rerun_failed, progress, echo)
+                           force, rerun_failed, progress, echo, ctrl_c or _NoGuard())
 
 
 def _set_aside_damaged(study: StudySpec, store: ResultStore, echo: Echo) -> int:
@@ -281,7 +231,7 @@ def _set_aside_damaged(study: StudySpec, store: ResultStore, echo: Echo) -> int:
 
 def _run_locked(
     study: StudySpec, backend: str, workers: int, address: str | None, force: bool, rerun_failed: bool,
-    progress: bool, echo: Echo,
+    progress: Callable[[Sequence[Task]], Watcher] | None, echo: Echo, ctrl_c: Guard,
 ) -> StudyReport:
     started = time.monotonic()
     store = ResultStore(study.output_dir)
@@ -298,20 +248,22 @@ def _run_locked(
         if logged or killed:
             echo(f"mlflow: logged {logged} finished runs from the store, marked {killed} orphan or superseded runs KILLED")
 
-    tasks = make_tasks(study, plan.todo, tracker)
+    tasks = make_tasks(study, plan.todo)
     echo(
         f"study {study.name}: {len(plan.runs)} runs, {len(plan.finished)} already finished, "
         f"{len(plan.failed)} failed before, {len(tasks)} to run on {backend} with {workers} workers"
     )
-    bar = Progress(tasks, progress, echo)
-    outcomes = map_tasks(tasks, backend, workers, address) if tasks else iter(())
-    ctrl_c = CtrlC()
+    bar = progress(tasks) if progress else None
+    hook = tracker.worker_hook() if tracker is not None else None
+    outcomes: Iterator[Outcome] = (map_tasks(tasks, backend, workers, address, run=run_captured, hook=hook)
+                                   if tasks else iter(()))
     try:
         with ctrl_c.taken():
             for outcome in outcomes:
                 with ctrl_c.deferred():
                     _settle(outcome, store, tracker, report)
-                    bar.update(outcome)
+                    if bar is not None:
+                        bar.update(outcome)
     except KeyboardInterrupt:
         report.interrupted = True
     except ClusterGone as exc:
@@ -320,7 +272,8 @@ def _run_locked(
         close = getattr(outcomes, "close", None)
         if close is not None:
             close()  # cancels what is still running
-        bar.close()
+        if bar is not None:
+            bar.close()
     report.wall_time_s = time.monotonic() - started
     if tracker is not None and ctrl_c.cut_short:
         # It may have stopped an MLflow call midway, and a sqlite store's write lock with it.
@@ -345,59 +298,6 @@ def _run_locked(
     return report
 
 
-class CtrlC:
-    """Ctrl-C during the study loop, noted as well as raised, and held back while an outcome settles.
-
-    Python raises the KeyboardInterrupt in whatever the main thread runs at that moment. Raised in
-    the middle of an MLflow call it can leave the sqlite store's write lock held (the next call
-    waits on it; seen here), and raised in a finaliser (a `__del__`, a weakref callback) it is
-    printed and dropped, and the study ran on to exit 0 (CI, once). So while an outcome is stored
-    and tracked the signal is only noted, and raised when that is done; while the driver waits on
-    the backend it is raised at once, and one that a finaliser dropped is raised after the next
-    outcome settles. A second Ctrl-C is raised at once (a server that stopped answering can hold
-    a call for MLflow's retries), and the command then leaves MLflow to the next `run`. A driver
-    that ignores SIGINT (started in the background) keeps ignoring it.
-    """
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.cut_short = False  # a second Ctrl-C stopped an outcome's storing or logging
-        self._deferring = False
-
-    def _handler(self, signum: int, frame: object) -> None:
-        again, self.requested = self.requested, True
-        if self._deferring and not again:
-            return
-        self.cut_short = self._deferring  # a second Ctrl-C stops a slow MLflow call too
-        raise KeyboardInterrupt
-
-    @contextmanager
-    def taken(self) -> Iterator[None]:
-        """Within the block, SIGINT goes to this object (if Python's default handler has it)."""
-        ours = (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-        if ours:
-            signal.signal(signal.SIGINT, self._handler)
-        try:
-            yield
-            if self.requested:  # noted, then dropped by a finaliser after the last outcome
-                raise KeyboardInterrupt
-        finally:
-            if ours:
-                signal.signal(signal.SIGINT, signal.default_int_handler)
-
-    @contextmanager
-    def deferred(self) -> Iterator[None]:
-        """Within the block a Ctrl-C is only noted; it is raised when the block is done."""
-        self._deferring = True
-        try:
-            yield
-        finally:
-            self._deferring = False
-        if self.requested:
-            raise KeyboardInterrupt
-
-
 def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, report: StudyReport) -> None:
     """Store first (durable), then tell the tracker; a tracker failure never loses a result.
 
@@ -411,10 +311,10 @@ def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, 
     (report.finished if result.ok else report.failed).append(result)
     if tracker is None:
         return
-    if outcome.tracking_error and not tracker.unreachable:
+    if outcome.hook_error and not tracker.unreachable:
         report.tracking_warnings.append(f"{result.spec.label}: worker could not log to mlflow; the driver did")
     records_file = store.records_path(result.spec.run_key) if result.ok else None
-    report.tracking_warnings += tracker.deliver(result, outcome.child_run_id, records_file)
+    report.tracking_warnings += tracker.deliver(result, outcome.hook_value, records_file)
 
 
 def _config_text(study: StudySpec) -> str:

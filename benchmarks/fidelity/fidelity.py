@@ -48,6 +48,7 @@ from wdrbo_dist.backends import map_tasks  # noqa: E402
 from wdrbo_dist.backends.task import Task  # noqa: E402
 from wdrbo_dist.problems import PROBLEMS, make_problem  # noqa: E402
 from wdrbo_dist.run import RunSpec  # noqa: E402
+from wdrbo_dist.study import run_captured  # noqa: E402
 
 FIRST_SEED = 200
 EVALUATIONS, INIT_SIZE = 100, 2
@@ -96,7 +97,7 @@ def run_ours(cells: list[tuple[str, str]], seeds: list[int], cache: Path, worker
     tasks.sort(key=lambda t: -t.expected_cost)
     print(f"ours: {len(tasks)} runs on {workers} local workers ...", flush=True)
     (cache / "ours").mkdir(parents=True, exist_ok=True)
-    for outcome in map_tasks(tasks, "local", workers):
+    for outcome in map_tasks(tasks, "local", workers, run=run_captured):
         result, spec = outcome.result, outcome.task.spec
         if not result.ok:
             raise SystemExit(f"ours: {spec.label} failed:\n{result.error}")

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from wdrbo_dist.config import AlgorithmSettings, StudySpec
 from wdrbo_dist.records import CORE_COLUMNS
 from wdrbo_dist.run import RunResult, RunSpec
 from wdrbo_dist.store import ResultStore
+from wdrbo_dist.study_spec import AlgorithmSettings, StudySpec
 
 
 def make_records(regret: Iterable[float], init_size: int = 2, step_time: float = 0.5,

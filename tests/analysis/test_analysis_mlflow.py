@@ -11,7 +11,7 @@ from analysis_fakes import fill_store
 from test_analysis_cli import regret_of, write_config
 from wdrbo_dist.cli import main
 from wdrbo_dist.config import load_study_config
-from wdrbo_dist.tracking import StudyTracker
+from wdrbo_dist.tracking.study_tracker import StudyTracker
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from analysis_fakes import fill_store, make_study
 from wdrbo_dist.analysis.load import Metric, load_study
 from wdrbo_dist.analysis.report import summarize
 from wdrbo_dist.analysis.tables import MAIN_TITLE, build_tables, markdown_report
-from wdrbo_dist.store import write_parquet_atomic
+from wdrbo_dist.atomic import write_parquet_atomic
 
 BASE = {"wdrbo": 0.1, "erbo": 0.2, "gp-ucb": 0.3}
 SEEDS = [100, 101, 102, 103]

@@ -21,7 +21,7 @@ from wdrbo_dist.records import deterministic_part
 from wdrbo_dist.config import parse_study_config
 from wdrbo_dist.problems import PROBLEMS
 from wdrbo_dist.store import ResultStore
-from wdrbo_dist.study import make_tasks, run_study
+from wdrbo_dist.study import make_tasks, run_captured, run_study
 
 CLI = str(Path(sys.executable).with_name("wdrbo-dist"))
 FAST = {"raw_samples": 32, "num_restarts": 2}
@@ -39,9 +39,9 @@ def tiny_study(output_dir: Path, name: str = "tiny", **changes) -> dict:
 def test_serial_local_and_ray_give_identical_records(tmp_path: Path) -> None:
     data = tiny_study(tmp_path / "serial")
     serial = parse_study_config(data)
-    assert run_study(serial, progress=False, echo=lambda _: None).exit_code == 0
+    assert run_study(serial).exit_code == 0
     local = parse_study_config(data | {"output_dir": str(tmp_path / "local")})
-    assert run_study(local, backend="local", workers=2, progress=False, echo=lambda _: None).exit_code == 0
+    assert run_study(local, backend="local", workers=2).exit_code == 0
     # Ray as a user starts it: the command line, a local Ray of its own (token auth, the token
     # in the environment so that nothing is written to ~/.ray).
     config = tmp_path / "ray.yaml"
@@ -69,7 +69,7 @@ def test_serial_local_and_ray_give_identical_records(tmp_path: Path) -> None:
 
 def test_tasks_start_longest_expected_first() -> None:
     study = parse_study_config(tiny_study(Path("unused"), algorithms=["gp-ucb", "erbo", "wdrbo"], evaluations=9))
-    order = [t.spec.algorithm for t in make_tasks(study, study.runs, None)]
+    order = [t.spec.algorithm for t in make_tasks(study, study.runs)]
     assert order == ["wdrbo", "wdrbo", "erbo", "erbo", "gp-ucb", "gp-ucb"]
 
 
@@ -90,7 +90,7 @@ def _pool_children() -> list[int]:
 
 def test_a_killed_pool_process_is_retried_in_a_new_pool(tmp_path: Path) -> None:
     study = parse_study_config(tiny_study(tmp_path, evaluations=9, seeds=[1, 2]))
-    tasks = make_tasks(study, study.runs, None)
+    tasks = make_tasks(study, study.runs)
     killed: list[int] = []
 
     def kill_one_busy_worker() -> None:
@@ -105,7 +105,7 @@ def test_a_killed_pool_process_is_retried_in_a_new_pool(tmp_path: Path) -> None:
 
     killer = threading.Thread(target=kill_one_busy_worker, daemon=True)
     killer.start()
-    outcomes = list(map_tasks(tasks, "local", workers=2))
+    outcomes = list(map_tasks(tasks, "local", workers=2, run=run_captured))
     killer.join()
     assert killed
     assert sorted(o.task.spec.run_key for o in outcomes) == sorted(t.spec.run_key for t in tasks)
@@ -128,10 +128,10 @@ def test_ray_records_a_raising_run_as_failed_once_and_does_not_retry_it(tmp_path
     monkeypatch.setitem(PROBLEMS, "raises", RaisingProblem)  # here, for the config; workers: the hook
     study = parse_study_config(tiny_study(tmp_path, problems=["raises", "newsvendor"], seeds=[1, 2],
                                           algorithms=[{"name": "erbo", "options": FAST}]))
-    tasks = make_tasks(study, study.runs, None)
+    tasks = make_tasks(study, study.runs)
     start_ray("register", attempts)
     try:
-        outcomes = list(map_tasks(tasks, "ray", workers=2))
+        outcomes = list(map_tasks(tasks, "ray", workers=2, run=run_captured))
     finally:
         ray.shutdown()
     failed = [o for o in outcomes if not o.result.ok]

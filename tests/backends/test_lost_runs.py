@@ -12,10 +12,11 @@ from pathlib import Path
 import yaml
 
 from wdrbo_dist.backends import local, map_tasks, ray_backend
+from wdrbo_dist.cli.study import report_lines
 from wdrbo_dist.config import parse_study_config
 from wdrbo_dist.store import ResultStore
-from wdrbo_dist.study import EXIT_UNAVAILABLE, make_tasks, run_study
-from wdrbo_dist.tracking import StudyTracker
+from wdrbo_dist.study import EXIT_UNAVAILABLE, make_tasks, run_captured, run_study
+from wdrbo_dist.tracking.study_tracker import StudyTracker
 
 from test_backends import CLI, FAST, _pool_children, tiny_study
 
@@ -45,7 +46,7 @@ def test_a_local_run_whose_process_keeps_dying_is_lost_not_failed_and_the_next_r
     killer = threading.Thread(target=_kill_pool_processes_until, args=(stop, killed), daemon=True)
     killer.start()
     try:
-        report = run_study(study, backend="local", workers=2, progress=False, echo=lines.append)
+        report = run_study(study, backend="local", workers=2, echo=lines.append)
     finally:
         stop.set()
         killer.join()
@@ -53,12 +54,12 @@ def test_a_local_run_whose_process_keeps_dying_is_lost_not_failed_and_the_next_r
     assert report.exit_code == EXIT_UNAVAILABLE
     assert not report.failed and len(report.lost) == 2
     assert all(o.attempts == len(QUICK_BACKOFF) + 1 for o in report.lost)
-    text = "\n".join(report.lines())
+    text = "\n".join(report_lines(report))
     assert "0 finished, 0 failed, 2 lost" in text and "LOST newsvendor|erbo|s1" in text and "died 4 times" in text
     store = ResultStore(study.output_dir)
     assert store.finished_keys() == set() and store.failed_keys() == set()  # nothing recorded
     # The same command, on a machine that behaves again, does the lost runs.
-    again = run_study(study, backend="local", workers=2, progress=False, echo=lines.append)
+    again = run_study(study, backend="local", workers=2, echo=lines.append)
     assert again.exit_code == 0 and len(again.finished) == 2
     assert store.finished_keys() == {r.run_key for r in study.runs}
     assert _pool_children() == []
@@ -87,7 +88,7 @@ def test_ray_submits_a_run_whose_worker_keeps_dying_again_then_gives_it_up_as_lo
                                           algorithms=[{"name": "erbo", "options": FAST}]))
     start_ray("register_dying", attempts)
     try:
-        outcomes = list(map_tasks(make_tasks(study, study.runs, None), "ray", workers=2))
+        outcomes = list(map_tasks(make_tasks(study, study.runs), "ray", workers=2, run=run_captured))
     finally:
         ray.shutdown()
     by_problem = {o.task.spec.problem: o for o in outcomes}

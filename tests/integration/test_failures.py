@@ -141,9 +141,10 @@ def test_a_tracking_server_that_stops_mid_study_costs_no_run_and_catches_up_at_t
 
 def test_results_a_stopped_server_missed_are_logged_when_it_answers_again(tmp_path, monkeypatch):
     from wdrbo_dist import study as study_module
-    from wdrbo_dist import tracking
     from wdrbo_dist.backends.task import Task, execute
-    from wdrbo_dist.study import StudyReport, plan_study
+    from wdrbo_dist.study import StudyReport, plan_study, run_captured
+    from wdrbo_dist.tracking import connection
+    from wdrbo_dist.tracking.study_tracker import StudyTracker
 
     root = tmp_path / "server"
     root.mkdir()
@@ -154,18 +155,18 @@ def test_results_a_stopped_server_missed_are_logged_when_it_answers_again(tmp_pa
                              evaluations=6, seeds=[0], algorithms=["gp-ucb"])
         study = load_study_config(config)
         store = ResultStore(study.output_dir)
-        tracker = tracking.StudyTracker(study.tracking_uri, study.name)
+        tracker = StudyTracker(study.tracking_uri, study.name)
         tracker.start(study, config.read_text())
         report = StudyReport(study=study, plan=plan_study(study, store))
-        context = tracker.worker_context()
-        first, second = (execute(Task(spec=spec, tracking=context)) for spec in study.runs)
-        assert first.child_run_id and second.child_run_id  # each worker opened its child run
+        hook = tracker.worker_hook()
+        first, second = (execute(Task(spec=spec), run_captured, hook) for spec in study.runs)
+        assert first.hook_value and second.hook_value  # each worker opened its child run
         stop(server.process, grace_s=10)
         study_module._settle(first, store, tracker, report)  # the server is gone
         assert tracker.unreachable and len(tracker.backlog) == 1
         server = start_mlflow_server(root, port=int(server.uri.rsplit(":", 1)[1]))
         wait_for(server.up, 120, "mlflow server again", server.log)
-        monkeypatch.setattr(tracking, "PROBE_INTERVAL_S", 0.0)
+        monkeypatch.setattr(connection, "PROBE_INTERVAL_S", 0.0)
         study_module._settle(second, store, tracker, report)  # back: both are logged
         assert not tracker.unreachable and tracker.backlog == []
         assert "mlflow answers again: logged the 2 runs it missed" in report.tracking_warnings

@@ -6,7 +6,7 @@ test), figures/<name>.json (plotly's JSON: plotly.io.read_json reopens it).
 
 MLflow: `aggregate_cells` computes what one aggregate run per problem x algorithm holds (the
 per-step mean and standard error across seeds, so the MLflow UI can overlay algorithms);
-`tracking.log_report` logs them and the page. This module only writes files.
+`mlflow_report.log_report` logs them and the page. This module only writes files.
 """
 
 from __future__ import annotations

@@ -21,9 +21,11 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 
 from wdrbo_dist.backends.task import (
-    RESUBMIT_DELAYS_S, Outcome, Resubmissions, Task, execute, failed_outcome, lost_outcome, stamped,
+    RESUBMIT_DELAYS_S, Hook, Outcome, Resubmissions, RunFunction, Task, execute, failed_outcome, lost_outcome,
+    stamped,
 )
 from wdrbo_dist.threads import THREAD_VARIABLES
+
 
 def _init_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -65,13 +67,13 @@ def _thread_environment(threads: int) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def map_local(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
+def map_local(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook | None = None) -> Iterator[Outcome]:
     threads = max((task.threads for task in tasks), default=1)
     with _thread_environment(threads):
-        yield from _map_local(tasks, workers)
+        yield from _map_local(tasks, workers, run, hook)
 
 
-def _map_local(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
+def _map_local(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook | None) -> Iterator[Outcome]:
     queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
     waiting = Resubmissions(RESUBMIT_DELAYS_S)
     pool = _new_pool(workers)
@@ -82,7 +84,7 @@ def _map_local(tasks: Sequence[Task], workers: int) -> Iterator[Outcome]:
             queue.extendleft(reversed(waiting.due()))
             while queue and len(running) < workers:
                 task, attempt = queue.popleft()
-                running[pool.submit(execute, task)] = (task, attempt, time.monotonic())
+                running[pool.submit(execute, task, run, hook)] = (task, attempt, time.monotonic())
             if not running:
                 time.sleep(waiting.seconds_to_next())
                 continue

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from wdrbo_dist.backends.task import (
-    RESUBMIT_DELAYS_S, ClusterGone, Outcome, Resubmissions, Task, execute, lost_outcome, stamped,
+    RESUBMIT_DELAYS_S, ClusterGone, Hook, Outcome, Resubmissions, RunFunction, Task, execute, lost_outcome, stamped,
 )
 
 MAX_RETRIES = 3  # Ray's own retries of a task whose worker process or node died
@@ -145,7 +145,9 @@ def exit_if_abandoned(code: int) -> None:
         os._exit(code)
 
 
-def map_ray(tasks: Sequence[Task], workers: int, address: str | None = None) -> Iterator[Outcome]:
+def map_ray(
+    tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook | None = None, address: str | None = None
+) -> Iterator[Outcome]:
     import ray
 
     if not tasks:
@@ -169,7 +171,7 @@ def map_ray(tasks: Sequence[Task], workers: int, address: str | None = None) -> 
                     max_retries=MAX_RETRIES,
                     retry_exceptions=False,
                     name=f"run {task.spec.label}",
-                ).remote(task)
+                ).remote(task, run, hook)
                 pending[ref] = (task, attempt, time.monotonic())
             if not pending:
                 time.sleep(min(POLL_S, waiting.seconds_to_next()))

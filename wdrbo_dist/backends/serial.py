@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 
-import time
-
-from wdrbo_dist.backends.task import Outcome, Task, execute, stamped
+from wdrbo_dist.backends.task import Hook, Outcome, RunFunction, Task, execute, stamped
 
 
-def map_serial(tasks: Sequence[Task]) -> Iterator[Outcome]:
+def map_serial(tasks: Sequence[Task], run: RunFunction, hook: Hook | None = None) -> Iterator[Outcome]:
     import torch
 
     threads = torch.get_num_threads()
     try:
         for task in tasks:
             submitted = time.monotonic()
-            yield stamped(execute(task), submitted)
+            yield stamped(execute(task, run, hook), submitted)
     finally:
         torch.set_num_threads(threads)  # the driver gets its own setting back

@@ -1,18 +1,29 @@
-"""The unit every backend ships: a run spec plus how to run it, and what comes back."""
+"""The unit every backend ships: a run spec plus how to run it, and what comes back.
+
+A backend is handed the run function and an opaque hook by the driver: where a task lands,
+`execute` calls `run(spec)`, then `hook(result)`; what the hook returns (or the error it
+raised) comes back in the `Outcome`. What the run computes and what the hook does (the
+study's tracker logs a child run there) are not the backend's business.
+"""
 
 from __future__ import annotations
 
 import heapq
 import os
 import time
-from collections.abc import Sequence
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from wdrbo_dist.allocator import keep_freed_memory
 from wdrbo_dist.run import RunResult, RunSpec
 from wdrbo_dist.threads import THREAD_VARIABLES
-from wdrbo_dist.tracking import WorkerTracking
+
+# Both travel to the workers, so both must pickle (a module-level function, a partial of one,
+# a dataclass instance). `run` records the run's own errors in its result and never raises.
+RunFunction = Callable[[RunSpec], RunResult]
+Hook = Callable[[RunResult], Any]
 
 
 @dataclass(frozen=True)
@@ -24,12 +35,11 @@ class Task:
     num_cpus: float = 1.0  # what the scheduler reserves (Ray)
     num_gpus: float = 0.0
     expected_cost: float = 1.0  # relative, for longest-first order and the ETA
-    tracking: WorkerTracking | None = None  # set when workers log to MLflow themselves
 
 
 @dataclass
 class Outcome:
-    """A run's result, and the MLflow child run a worker opened for it (if any).
+    """A run's result, and what the driver's hook returned for it where it ran (if any).
 
     `lost` is set when the infrastructure, not the run, kept it from finishing (a process or
     node that kept dying): the run is not done, and `result` is only a placeholder that must
@@ -38,8 +48,8 @@ class Outcome:
 
     task: Task
     result: RunResult
-    child_run_id: str | None = None
-    tracking_error: str | None = None
+    hook_value: Any = None
+    hook_error: str | None = None  # the hook's traceback: the driver does its work instead
     attempts: int = 1
     lost: str | None = None
     submitted_at: float = 0.0  # driver's monotonic clock: handed to the backend
@@ -61,23 +71,21 @@ def set_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
-def execute(task: Task) -> Outcome:
-    """Run one task where it lands (driver, pool process or Ray worker).
+def execute(task: Task, run: RunFunction, hook: Hook | None = None) -> Outcome:
+    """Run one task where it lands (driver, pool process or Ray worker), then the hook.
 
-    Errors of the run become a FAILED result (never an exception), so that a deterministic
-    error is recorded once and not retried; only a dying process is retried.
+    The run's errors are a FAILED result (never an exception), so that a deterministic error
+    is recorded once and not retried; only a dying process is retried.
     """
-    from wdrbo_dist.run import run_one
-
     set_threads(task.threads)
     keep_freed_memory()
-    result = run_one(task.spec, progress=False, capture_errors=True)
+    result = run(task.spec)
     outcome = Outcome(task=task, result=result)
-    if task.tracking is not None:
+    if hook is not None:
         try:
-            outcome.child_run_id = task.tracking.log(result)
-        except Exception:  # noqa: BLE001 - the driver logs it instead
-            outcome.tracking_error = traceback.format_exc(limit=3)
+            outcome.hook_value = hook(result)
+        except Exception:  # noqa: BLE001 - the driver does the hook's work instead
+            outcome.hook_error = traceback.format_exc(limit=3)
     return outcome
 
 

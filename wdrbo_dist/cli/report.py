@@ -66,7 +66,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from wdrbo_dist.analysis.report import aggregate_cells, build_report, main_table_text, study_folder
-    from wdrbo_dist.tracking import MlflowUnavailable, log_report
+    from wdrbo_dist.analysis.mlflow_report import MlflowUnavailable, log_report
 
     study, data = _load_data(args)
     folder = study_folder(Path(args.dashboards), study.name)

@@ -46,7 +46,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     if not args.out.endswith(".parquet"):
         raise UsageError(f"--out must name a .parquet file, got {args.out!r}")
     result = run_one(spec, progress=not args.quiet, capture_errors=False)
-    from wdrbo_dist.store import write_parquet_atomic
+    from wdrbo_dist.atomic import write_parquet_atomic
 
     write_parquet_atomic(result.records, args.out)
     final = result.summary()

@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from wdrbo_dist.cli.usage import UsageError
+
+if TYPE_CHECKING:
+    from wdrbo_dist.study import StudyReport
 
 # `run` while another driver holds the output folder: not bad input (2) but "busy, try again
 # later", sysexits.h's EX_TEMPFAIL, so that a job wrapper can tell the two apart.
@@ -48,8 +52,45 @@ def _load(path: str, validate_runs: bool = True):
         raise UsageError(f"{path}: {exc}") from None
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def report_lines(report: "StudyReport") -> list[str]:
+    """The end-of-study summary of a `StudyReport`: counts, then one line per run to look at."""
+    from wdrbo_dist.mlflow_views import ui_lines
+    from wdrbo_dist.study import EXIT_UNAVAILABLE
+
+    p = report.plan
+    out = [
+        f"study {report.study.name}: {len(p.runs)} runs; this command: {len(report.finished)} finished, "
+        f"{len(report.failed)} failed, {f'{len(report.lost)} lost, ' if report.lost else ''}"
+        f"{len(p.finished)} skipped (already finished), "
+        f"{len(p.failed)} skipped (failed before) in {report.wall_time_s:.1f} s",
+    ]
+    if report.cluster_gone:
+        out.append(f"cluster gone: {report.cluster_gone}; {report.not_done} runs not done, every finished run "
+                   f"is in the store; run the same command again when the cluster is back (exit {EXIT_UNAVAILABLE})")
+    elif report.interrupted:
+        out.append(f"interrupted: {report.not_done} runs not done; run the same command again to finish them")
+    for outcome in report.lost:
+        out.append(f"LOST {outcome.task.spec.label} [{outcome.task.spec.run_key}] after {outcome.attempts} "
+                   f"attempts: {outcome.lost[:200]} (not FAILED: the same command runs it again)")
+    for result in report.failed:
+        last = (result.error or "").strip().splitlines()[-1:] or ["(no traceback)"]
+        out.append(f"FAILED {result.spec.label} [{result.spec.run_key}]: {last[0][:200]}")
+    for spec in p.failed:
+        out.append(f"FAILED before {spec.label} [{spec.run_key}] (re-run with --rerun-failed)")
+    if report.failed or p.failed:
+        out.append(f"tracebacks: {report.study.output_dir / 'failed'}/<run_key>.json")
+    out.extend(f"warning: {w}" for w in report.tracking_warnings[:5])
+    if report.runs_address:
+        out += ui_lines({"": report.runs_address}, report.study.tracking_uri)
+    return out
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from wdrbo_dist.backends import BACKENDS
+    from wdrbo_dist.backend_names import BACKENDS
 
     if args.backend is not None and args.backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
@@ -60,25 +101,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.address and backend != "ray":
         raise UsageError(f"--address applies to the ray backend only (backend is {backend}); add --backend ray")
     from wdrbo_dist.backends.ray_backend import ClusterUnreachable
-    from wdrbo_dist.store import FolderInUse
+    from wdrbo_dist.folder_lock import FolderInUse
     from wdrbo_dist.study import run_study
-    from wdrbo_dist.tracking import TrackingError
+    from wdrbo_dist.tracking.connection import TrackingError
 
+    from wdrbo_dist.cli.ctrl_c import CtrlC
     from wdrbo_dist.cli.library_logs import library_logs_to, log_file, mention
+    from wdrbo_dist.cli.progress import Progress
 
     libraries = (("mlflow",) if study.tracking_enabled else ()) + (("ray",) if backend == "ray" else ())
     try:
         with library_logs_to(log_file(study.output_dir, "run"), libraries) as log:
             report = run_study(
                 study, backend=backend, workers=args.workers, address=args.address,
-                force=args.force, rerun_failed=args.rerun_failed, progress=not args.quiet,
+                force=args.force, rerun_failed=args.rerun_failed, echo=_stderr, ctrl_c=CtrlC(),
+                progress=None if args.quiet else (lambda tasks: Progress(tasks, True, _stderr)),
             )
     except (TrackingError, ClusterUnreachable) as exc:
         raise UsageError(str(exc)) from None
     except FolderInUse as exc:
         print(f"wdrbo-dist run: error: {exc}", file=sys.stderr)
         return EXIT_IN_USE
-    for line in report.lines():
+    for line in report_lines(report):
         print(line, flush=True)
     mention(log)
     if report.cluster_gone:

@@ -1,0 +1,85 @@
+"""One driver per output folder: an flock on `<output_dir>/driver.lock`, naming its holder.
+
+A second driver on the same folder (another terminal, a resubmitted job) would run the first
+one's runs again and mark its MLflow runs KILLED, so it stops with `FolderInUse` first.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import shlex
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCK_NAME = "driver.lock"
+
+
+class FolderInUse(RuntimeError):
+    """Another driver is at work on the output folder; the message names it, in one line."""
+
+
+@contextmanager
+def driver_lock(output_dir: str | os.PathLike[str], command: str | None = None) -> Iterator[Path | None]:
+    """Hold `<output_dir>/driver.lock` for the body, or raise `FolderInUse` naming the holder.
+
+    A second driver on the same folder would re-run what the first has in flight and mark
+    the first's MLflow runs KILLED. The hold is an flock on the open file: the OS drops it
+    when the process ends, however it ends (SIGKILL, out of memory), so a crashed driver leaves
+    nothing stuck. The file only says who holds it (host, pid, start, command), for the
+    message; it is never deleted, as a second process may be about to lock it. The descriptor
+    is close-on-exec, so the spawned pool and Ray processes never hold it. Yields the lock
+    file, or None where the file system cannot lock (the caller warns: no protection there).
+    """
+    path = Path(output_dir) / LOCK_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        locked = _lock(fd, path)
+        if locked:
+            holder = {"host": socket.gethostname(), "pid": os.getpid(),
+                      "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                      "command": command if command is not None else shlex.join(sys.argv)}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(holder).encode(), 0)
+        try:
+            yield path if locked else None
+        finally:
+            if locked:
+                os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # releases the flock
+
+
+def _lock(fd: int, path: Path) -> bool:
+    """Take the flock without waiting: True, False where the file system has no locks, or
+    `FolderInUse` while another process holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise FolderInUse(f"{path.parent} is in use by another driver ({_holder(path)}); "
+                              "wait for it to end or stop it, then run again") from None
+        return False
+    return True
+
+
+def _holder(path: Path, wait_s: float = 1.0) -> str:
+    """The lock holder's details as one phrase (it writes them right after it locks)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            holder = json.loads(path.read_text())
+            text = (f"pid {holder['pid']} on host {holder['host']}, started {holder['started']}, "
+                    f"command: {holder['command']}")
+            return " ".join(text.split())
+        except (OSError, ValueError, KeyError, TypeError):
+            if time.monotonic() > deadline:
+                return f"a process that has not written its details to {path}"
+            time.sleep(0.05)
