@@ -9,6 +9,7 @@ from wdrbo_dist.acquisition.base import Algorithm
 from wdrbo_dist.acquisition.drbo_kde import DRBOKDE
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD
 from wdrbo_dist.acquisition.mmd_minimax import DRBOMMDMinimax
+from wdrbo_dist.acquisition.model_free import RandomSearch
 from wdrbo_dist.acquisition.sbo_kde import SBOKDE
 from wdrbo_dist.acquisition.stableopt import StableOpt
 from wdrbo_dist.acquisition.ucb import GPUCB
@@ -27,7 +28,7 @@ def registry(*classes: type[Algorithm]) -> dict[str, type[Algorithm]]:
 
 
 ALGORITHMS: dict[str, type[Algorithm]] = registry(
-    WDRBO, ERBO, GPUCB, SBOKDE, DRBOKDE, DRBOMMD, DRBOMMDMinimax, StableOpt,
+    WDRBO, ERBO, GPUCB, SBOKDE, DRBOKDE, DRBOMMD, DRBOMMDMinimax, StableOpt, RandomSearch,
 )
 
 

@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from wdrbo_dist import __version__
-from wdrbo_dist.records import SUMMED_COLUMNS, Step, records_from_steps
+from wdrbo_dist.records import NO_TELEMETRY, SUMMED_COLUMNS, Step, records_from_steps
 
 OptionValue = bool | int | float | str
 
@@ -219,6 +219,7 @@ def run_one(spec: RunSpec, progress: bool = False, capture_errors: bool = True) 
 
 def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: bool) -> pd.DataFrame:
     from wdrbo_dist.acquisition.base import BOState
+    from wdrbo_dist.acquisition.model_free import ModelFreeAlgorithm
     from wdrbo_dist.acquisition.optimize import maximize_acquisition
     from wdrbo_dist.acquisition.sobol import scrambled_sobol
     from wdrbo_dist.algorithms import make_algorithm
@@ -271,30 +272,35 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
     for _ in range(spec.init_size, spec.evaluations):
         start = time.perf_counter()
         state = BOState(torch.stack(xs), torch.stack(cs), torch.stack(ys))
-        inputs = torch.cat([state.x, state.context], dim=-1) if algorithm.uses_context else state.x
-        t = time.perf_counter()
-        model, fit = fit_gp(inputs.to(device), state.y.to(device), gens["algorithm"],
-                            context_basis=bool(algorithm.options["context_basis"]),
-                            context_forms=bool(algorithm.options["context_forms"]),
-                            basis_tolerance=float(algorithm.options["basis_tolerance"]),
-                            region_tolerance=float(algorithm.options["region_tolerance"]),
-                            forms_in_one_product=algorithm.options["basis_forms"] == "one_product",
-                            compiled_objective=algorithm.options["gp_objective"] == "compiled")
-        time_fit = time.perf_counter() - t
-        t = time.perf_counter()
-        acquisition = algorithm.acquisition(model, state, gens["algorithm"])
-        x_next, _, stats = maximize_acquisition(acquisition, unit_bounds, settings, gens["algorithm"])
-        time_acq = time.perf_counter() - t
+        if isinstance(algorithm, ModelFreeAlgorithm):  # no GP, no acquisition: it proposes x itself
+            t = time.perf_counter()
+            x_next = algorithm.propose(state, gens["algorithm"])
+            time_fit, time_acq, radius, telemetry = 0.0, time.perf_counter() - t, math.nan, dict(NO_TELEMETRY)
+        else:
+            inputs = torch.cat([state.x, state.context], dim=-1) if algorithm.uses_context else state.x
+            t = time.perf_counter()
+            model, fit = fit_gp(inputs.to(device), state.y.to(device), gens["algorithm"],
+                                context_basis=bool(algorithm.options["context_basis"]),
+                                context_forms=bool(algorithm.options["context_forms"]),
+                                basis_tolerance=float(algorithm.options["basis_tolerance"]),
+                                region_tolerance=float(algorithm.options["region_tolerance"]),
+                                forms_in_one_product=algorithm.options["basis_forms"] == "one_product",
+                                compiled_objective=algorithm.options["gp_objective"] == "compiled")
+            time_fit = time.perf_counter() - t
+            t = time.perf_counter()
+            acquisition = algorithm.acquisition(model, state, gens["algorithm"])
+            x_next, _, stats = maximize_acquisition(acquisition, unit_bounds, settings, gens["algorithm"])
+            time_acq = time.perf_counter() - t
+            tel, radius = acquisition.telemetry, float(acquisition.radius)
+            telemetry = {
+                "acquisition_calls": stats.acquisition_calls, "adam_steps": stats.adam_steps,
+                "fit_attempts": fit.attempts, "inner_solves": tel.solves, "inner_programs": tel.programs,
+                "inner_failures": tel.failures, "inner_fallbacks": tel.fallbacks, "inner_solve_s": tel.seconds,
+            }
         x, c, y, expected, time_truth = evaluate(x_next)
-        tel = acquisition.telemetry
-        telemetry = {
-            "acquisition_calls": stats.acquisition_calls, "adam_steps": stats.adam_steps,
-            "fit_attempts": fit.attempts, "inner_solves": tel.solves, "inner_programs": tel.programs,
-            "inner_failures": tel.failures, "inner_fallbacks": tel.fallbacks, "inner_solve_s": tel.seconds,
-        }
         timings = {"time_fit_s": time_fit, "time_acquisition_s": time_acq, "time_truth_s": time_truth}
         steps.append(Step(x, c, y, expected, is_initial=False, n_observations=state.n,
-                          radius=float(acquisition.radius), telemetry=telemetry,
+                          radius=radius, telemetry=telemetry,
                           timings=timings | {"time_step_s": time.perf_counter() - start}))
         if bar is not None:
             bar.update(1)
