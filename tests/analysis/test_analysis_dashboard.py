@@ -22,6 +22,17 @@ DRAWN = (
     "d => d.querySelector('svg.main-svg') && d._fullData && d._fullData.length > 0).length"
 )
 TRACES = "document.querySelectorAll('.js-plotly-plot g.trace, .js-plotly-plot g.hm').length"
+ORDER = "Array.from(document.querySelectorAll('.js-plotly-plot')).map(d => d.id)"
+CAPTIONS = ("Array.from(document.querySelectorAll('.figure')).filter(f => f.querySelector('.js-plotly-plot') "
+            "&& f.querySelector('p.caption').textContent.trim().split(' ').length >= 12).length")
+SUMMARY_FIRST = ("!!(document.getElementById('summary').compareDocumentPosition(document.getElementById('tables')) "
+                 "& Node.DOCUMENT_POSITION_FOLLOWING) && !!(document.getElementById('fig-critical-difference-paper')"
+                 ".compareDocumentPosition(document.querySelector('#tables ~ h3 + table, #tables ~ table'))"
+                 " & Node.DOCUMENT_POSITION_FOLLOWING)")
+CD_TRACES = "document.getElementById('fig-critical-difference-paper')._fullData.length"
+BANDS = ("Array.from(document.querySelectorAll('#fig-fig2-cumulative-regret-paper path.js-fill'))"
+         ".filter(p => (p.getAttribute('d') || '').length > 20).length")
+SCORE_BARS = "document.querySelectorAll('#fig-normalised-scores-paper g.errorbar').length"
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +45,7 @@ def regret_of(spec):
         return "boom"
     if spec.algorithm == "erbo" and spec.seed == 3 and spec.problem == "newsvendor":
         return None
-    base = {"wdrbo": 0.1, "erbo": 0.2, "gp-ucb": 0.3}[spec.algorithm]
+    base = {"wdrbo": 0.1, "erbo": 0.2, "gp-ucb": 0.3, "random": 0.5}[spec.algorithm]
     rng = np.random.default_rng(spec.seed)
     t = np.arange(spec.evaluations)
     return base * np.exp(-t / 8) + 0.02 * rng.random(spec.evaluations)
@@ -42,7 +53,7 @@ def regret_of(spec):
 
 @pytest.mark.integration
 def test_dashboard_renders_without_errors(chromium, tmp_path):
-    study = make_study(tmp_path, ["ackley", "newsvendor", "toy-general"], ["wdrbo", "erbo", "gp-ucb"],
+    study = make_study(tmp_path, ["ackley", "newsvendor", "toy-general"], ["wdrbo", "erbo", "gp-ucb", "random"],
                        [1, 2, 3], evaluations=12, init_size=2)
     fill_store(study, regret_of)
     tables, files = build_report(load_study([study]), tmp_path / "dash")
@@ -50,16 +61,21 @@ def test_dashboard_renders_without_errors(chromium, tmp_path):
     # Self-contained: no script, stylesheet, image or frame is fetched from anywhere (the
     # browser's request log below is the proof; this is the readable first check).
     assert not re.search(r"""<(script|link|img|iframe)\b[^>]*\b(src|href)\s*=\s*["']?(https?:)?//""", page)
-    # Fig. 1 is Fig. 2 when every method is a main-text one, so it is not repeated.
-    assert {f.stem for f in files.figures} == {
-        "fig2_cumulative_regret_paper", "fig3_instantaneous_regret_paper", "toy_general_paper",
-        "time_per_run_paper", "regret_vs_time_paper"}
+    # The summary figures first; Fig. 1 (main-text methods) leaves out random search.
+    assert [f.stem for f in files.figures[:4]] == [
+        "critical_difference_paper", "normalised_scores_paper", "probability_of_improvement_paper",
+        "score_profile_paper"]
+    assert {f.stem for f in files.figures[4:]} == {
+        "fig1_cumulative_regret_main_paper", "fig2_cumulative_regret_paper", "fig3_instantaneous_regret_paper",
+        "toy_general_paper", "time_per_run_paper", "regret_vs_time_paper"}
     expected = len(files.figures)
 
     report = load_page(
         chromium, files.page.resolve().as_uri(), tmp_path / "profile",
         {"plots": PLOTS, "drawn": DRAWN, "traces": TRACES,
-         "failed_cells": "document.querySelectorAll('td.failed, td.partial, td.missing').length"},
+         "failed_cells": "document.querySelectorAll('td.failed, td.partial, td.missing').length",
+         "order": ORDER, "captions": CAPTIONS, "summary_first": SUMMARY_FIRST, "cd_traces": CD_TRACES,
+         "bands": BANDS, "score_bars": SCORE_BARS},
         ready_expression=f"document.readyState === 'complete' && ({DRAWN}) >= {expected}",
     )
     assert report.errors == []
@@ -67,6 +83,15 @@ def test_dashboard_renders_without_errors(chromium, tmp_path):
     assert report.evaluations["drawn"] == expected
     assert report.evaluations["traces"] >= 3 * expected
     assert report.evaluations["failed_cells"] > 0  # failed / missing cells are marked on the page
+    # The page opens on the answer: the CD diagram and the normalised scores, above every table.
+    assert report.evaluations["order"][:2] == ["fig-critical-difference-paper", "fig-normalised-scores-paper"]
+    assert report.evaluations["summary_first"] is True
+    assert report.evaluations["captions"] == expected  # every figure says in a sentence what it shows
+    # CD diagram: one line per method (4), a bar per group that does not differ (here none: WDRBO, ERBO,
+    # GP-UCB and random differ pairwise only in part), and the CD bar.
+    assert report.evaluations["cd_traces"] >= 4 + 1
+    assert report.evaluations["bands"] == 4 * 2  # Fig. 2: a drawn bootstrap band per method and data problem
+    assert report.evaluations["score_bars"] == 4, report.evaluations  # an interval per method
     assert all(url.startswith(("file://", "data:", "about:")) for url in report.requests), report.requests
 
 

@@ -56,9 +56,16 @@ def test_cumulative_curve_and_band(items):
     # r = 0.1 + 0.01 k, k = 0, 1, 2: R_t = t (0.11), SE = t 0.01 / sqrt(3)
     np.testing.assert_allclose(line.x, np.arange(1, EVALS + 1))
     np.testing.assert_allclose(line.y, 0.11 * np.arange(1, EVALS + 1))
+    # The band is the bootstrap interval of the mean over whole seeds (test_analysis_scores holds it to
+    # a direct loop): between the best and worst seed, one resampled curve, so a constant multiple of t.
+    t = np.arange(1, EVALS + 1)
     band = [t for t in fig.figure.data if t.name == "WDRBO" and t.fill == "toself"][0]
-    upper = np.asarray(band.y[:EVALS])
-    np.testing.assert_allclose(upper - np.asarray(line.y), 0.01 * np.arange(1, EVALS + 1) / math.sqrt(3))
+    upper, lower = np.asarray(band.y[:EVALS]), np.asarray(band.y[EVALS:])[::-1]
+    assert np.all(lower >= 0.10 * t - 1e-12) and np.all(upper <= 0.12 * t + 1e-12)
+    assert np.all(lower < np.asarray(line.y)) and np.all(np.asarray(line.y) < upper)
+    np.testing.assert_allclose(upper / t, upper[0])
+    # the hover still gives the SE: 0.01 t / sqrt(3)
+    np.testing.assert_allclose(np.asarray(line.customdata)[:, 0], 0.01 * t / math.sqrt(3))
     inst = traces(items["fig3_instantaneous_regret_paper"], "ERBO")[0]
     np.testing.assert_allclose(inst.y, np.full(EVALS, 0.21))
 

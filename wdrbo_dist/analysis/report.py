@@ -23,8 +23,10 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from wdrbo_dist.analysis.figures import FigureItem, build_figures
+from wdrbo_dist.analysis.figures_summary import summary_figures
 from wdrbo_dist.analysis.load import FAILED, FINISHED, MISSING, StudyData
 from wdrbo_dist.analysis.statistics import grouped_mean_se
+from wdrbo_dist.analysis.summary_tables import Summary, build_summary, summary_markdown
 from wdrbo_dist import __version__
 from wdrbo_dist.analysis.tables import DISPLAY_FILES, MAIN_TITLE, Tables, build_tables, markdown_report, to_markdown
 
@@ -57,12 +59,12 @@ def main_table_text(data: StudyData, tables: Tables) -> str:
     return "\n".join(parts)
 
 
-def write_tables(data: StudyData, tables: Tables, folder: Path) -> tuple[Path, list[Path]]:
+def write_tables(data: StudyData, tables: Tables, folder: Path, summary: Summary) -> tuple[Path, list[Path]]:
     """CSV (numbers) and markdown (display) files; returns the markdown path and the CSVs."""
     table_dir = folder / "tables"
     table_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, frame in tables.csv_frames().items():
+    for name, frame in (tables.csv_frames() | summary.csv_frames()).items():
         path = table_dir / f"{name}.csv"
         frame.to_csv(path, index=False)
         written.append(path)
@@ -71,16 +73,16 @@ def write_tables(data: StudyData, tables: Tables, folder: Path) -> tuple[Path, l
             path = table_dir / f"{stem}_{fidelity}.md"
             path.write_text(f"# {title} — fidelity {fidelity}\n\n{to_markdown(frame)}")
             written.append(path)
-    summary = folder / "summary.md"
-    summary.write_text(markdown_report(data, tables))
-    return summary, written
+    summary_path = folder / "summary.md"
+    summary_path.write_text(markdown_report(data, tables, lead=summary_markdown(summary, data.fidelities)))
+    return summary_path, written
 
 
-def summarize(data: StudyData, folder: Path) -> tuple[Tables, ReportFiles]:
+def summarize(data: StudyData, folder: Path, summary: Summary | None = None) -> tuple[Tables, ReportFiles]:
     """Compute and write the tables (no figures)."""
     tables = build_tables(data)
-    summary, written = write_tables(data, tables, folder)
-    return tables, ReportFiles(folder=folder, summary=summary, tables=written, figures=[])
+    summary_path, written = write_tables(data, tables, folder, summary or build_summary(data))
+    return tables, ReportFiles(folder=folder, summary=summary_path, tables=written, figures=[])
 
 
 # --- HTML ------------------------------------------------------------------------------------------
@@ -133,23 +135,29 @@ def _slug(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in text.lower()).strip("-")
 
 
-def render_page(data: StudyData, tables: Tables, figures: Sequence[FigureItem], source: str = "") -> str:
-    """The dashboard as one HTML string with plotly.js inline: it opens with no network."""
+def _figure_html(item: FigureItem) -> str:
+    div = pio.to_html(item.figure, full_html=False, include_plotlyjs=False, div_id=f"fig-{_slug(item.key)}",
+                      config={"responsive": True, "displaylogo": False})
+    return (f'<div class="figure" id="{_slug(item.key)}"><h3>{html.escape(item.title)}</h3>'
+            f'<p class="caption">{html.escape(item.caption)}</p>{div}</div>')
+
+
+def _tables_html(display: dict[str, dict[str, pd.DataFrame]]) -> str:
+    return "".join(f"<h3>{html.escape(title)} — <code>{html.escape(fidelity)}</code></h3>{html_table(frame)}"
+                   for fidelity, tables in display.items() for title, frame in tables.items())
+
+
+def render_page(data: StudyData, tables: Tables, figures: Sequence[FigureItem], source: str = "",
+                summary: Summary | None = None, lead: Sequence[FigureItem] = ()) -> str:
+    """The dashboard as one HTML string with plotly.js inline: it opens with no network.
+
+    It opens on `lead` (the summary figures: who wins, by how much, how sure) and the summary's
+    tables, then the per-problem tables, then `figures`."""
     counts = data.counts()
     generated = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    sections: list[str] = []
-    nav = ['<a href="#tables">Tables</a>', '<a href="#figures">Figures</a>', '<a href="#runs">Failed / missing runs</a>']
-    for fidelity, display in tables.display.items():
-        for title, frame in display.items():
-            sections.append(f"<h3>{html.escape(title)} — <code>{html.escape(fidelity)}</code></h3>{html_table(frame)}")
-    figure_html = []
-    for item in figures:
-        div = pio.to_html(item.figure, full_html=False, include_plotlyjs=False, div_id=f"fig-{_slug(item.key)}",
-                          config={"responsive": True, "displaylogo": False})
-        figure_html.append(
-            f'<div class="figure" id="{_slug(item.key)}"><h3>{html.escape(item.title)}</h3>'
-            f'<p class="caption">{html.escape(item.caption)}</p>{div}</div>'
-        )
+    nav = ['<a href="#summary">Summary</a>', '<a href="#tables">Tables</a>', '<a href="#figures">Figures</a>',
+           '<a href="#runs">Failed / missing runs</a>']
+    headline = _tables_html({f: summary.display(f) for f in data.fidelities}) if summary is not None else ""
     problems = tables.problems
     if problems.empty:
         runs_html = "<p>None: every expected run finished.</p>"
@@ -168,15 +176,21 @@ metric: {html.escape(data.metric.description)}<br>
 Runs: {counts['expected']} expected, {counts[FINISHED]} finished, {counts[FAILED]} failed, {counts[MISSING]} missing ·
 generated {html.escape(generated)} by wdrbo-dist {__version__}{(' from ' + html.escape(source)) if source else ''}</p>
 <nav>{' '.join(nav)}</nav>
+<h2 id="summary">Summary: which method wins, by how much, how sure</h2>
+<p class="caption">Intervals are 95 % percentile-bootstrap intervals (2000 resamples, seeds resampled within each
+problem, every problem weighted equally; seeded, so the same results give the same page). The normalised score is
+1 − R_T / mean R_T of random search on the same problem: 1 = no regret, 0 = random search.</p>
+{''.join(_figure_html(item) for item in lead)}
+{headline}
 <h2 id="tables">Tables</h2>
 <p class="caption">Mean ± standard error over seeds (SE = sample SD / √n). Cells with failed or missing runs are
 coloured and say how many of the expected runs they average; a cell without any finished run shows its status.
 Ranks: 1 = lowest final cumulative regret, averaged over seeds where every method finished. Tests: paired
 two-sided Wilcoxon signed-rank on the same seeds, Holm-corrected over all tests of a fidelity profile;
 W/T/L counts seeds where WDRBO's regret is lower / equal / higher; rank-biserial r &gt; 0 favours WDRBO.</p>
-{''.join(sections)}
+{_tables_html(tables.display)}
 <h2 id="figures">Figures</h2>
-{''.join(figure_html)}
+{''.join(_figure_html(item) for item in figures)}
 <h2 id="runs">Failed or missing runs</h2>
 {runs_html}
 </body></html>
@@ -195,13 +209,15 @@ def write_figures(figures: Sequence[FigureItem], folder: Path) -> list[Path]:
 
 
 def build_report(data: StudyData, folder: Path, source: str = "") -> tuple[Tables, ReportFiles]:
-    """Tables, figures and the page, written under `folder`."""
-    tables, files = summarize(data, folder)
+    """Tables, figures and the page, written under `folder`; the summary figures come first."""
+    summary = build_summary(data)
+    tables, files = summarize(data, folder, summary)
+    lead = summary_figures(summary, list(data.algorithms))
     figures = build_figures(data)
-    files.figures = write_figures(figures, folder)
+    files.figures = write_figures([*lead, *figures], folder)
     page = folder / "index.html"
     tmp = page.with_suffix(".html.tmp")
-    tmp.write_text(render_page(data, tables, figures, source), encoding="utf-8")
+    tmp.write_text(render_page(data, tables, figures, source, summary, lead), encoding="utf-8")
     tmp.replace(page)
     files.page = page
     return tables, files

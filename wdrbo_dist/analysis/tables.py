@@ -365,8 +365,8 @@ def build_tables(data: StudyData, reference: str = REFERENCE_ALGORITHM) -> Table
     return Tables(final, time, ranks, tests, problems_list(data), display)
 
 
-def markdown_report(data: StudyData, tables: Tables, fidelities: Sequence[str] | None = None) -> str:
-    """All display tables as one markdown document."""
+def markdown_report(data: StudyData, tables: Tables, fidelities: Sequence[str] | None = None, lead: str = "") -> str:
+    """All display tables as one markdown document; `lead` (markdown sections) goes first."""
     counts = data.counts()
     lines = [
         f"# Study `{data.name}`",
@@ -375,7 +375,7 @@ def markdown_report(data: StudyData, tables: Tables, fidelities: Sequence[str] |
         f"Runs: {counts['expected']} expected, {counts['finished']} finished, "
         f"{counts['failed']} failed, {counts['missing']} missing.",
         "",
-    ]
+    ] + ([lead] if lead else [])
     for fidelity in fidelities or data.fidelities:
         for title, frame in tables.display[fidelity].items():
             lines += [f"## {title} — fidelity `{fidelity}`", "", to_markdown(frame)]
