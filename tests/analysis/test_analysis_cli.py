@@ -69,9 +69,11 @@ def test_bad_arguments_exit_2(config, tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
     assert main(["summarize", str(config), "--metric", "best_y"]) == 2
     assert "--metric must be one of regret, regret_reference" in capsys.readouterr().err
-    same = write_config(tmp_path, name="other")
-    assert main(["report", str(config), "--compare", str(same), "--no-mlflow"]) == 2
-    assert "other fidelity profile" in capsys.readouterr().err
+    assert main(["report", str(config), "--compare", str(tmp_path / "nowhere"), "--no-mlflow"]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["report", str(tmp_path / "empty"), "--no-mlflow"]) == 2
+    assert "no finished or failed run here" in capsys.readouterr().err
 
 
 def test_report_without_mlflow_and_with_a_comparison(config, tmp_path, capsys):
@@ -87,3 +89,4 @@ def test_report_without_mlflow_and_with_a_comparison(config, tmp_path, capsys):
     assert "fidelity paper" in captured.out and "fidelity reference" in captured.out
     assert (dash / "clitest" / "figures" / "fidelity_profiles.json").is_file()
     assert "1 failed, 1 missing" in page.read_text()
+    assert (dash / "clitest" / "compare_clitest-ref" / "index.html").is_file()  # and the page of the two

@@ -105,3 +105,26 @@ def test_the_browser_check_sees_errors(chromium, tmp_path):
     assert report.console_errors == ["boom"]
     assert len(report.exceptions) == 1 and "undefinedFunction" in report.exceptions[0]
     assert report.evaluations["plots"] == 0
+
+
+@pytest.mark.integration
+def test_comparison_page_renders_without_errors(chromium, tmp_path):
+    from wdrbo_dist.analysis.comparison import write_comparison
+
+    studies = []
+    for name, scale in (("a", 1.0), ("b", 1.5)):
+        study = make_study(tmp_path, ["ackley", "newsvendor"], ["wdrbo", "erbo", "random"], [1, 2, 3],
+                           evaluations=8, init_size=2, name=name)
+        fill_store(study, lambda spec, scale=scale: None if (r := regret_of(spec)) is None else scale * r)
+        studies.append(load_study([study]))
+    cells, files = write_comparison(*studies, tmp_path / "compare", ("a.yaml", "b.yaml"))
+    report = load_page(
+        chromium, files.page.resolve().as_uri(), tmp_path / "profile",
+        {"drawn": DRAWN, "points": "document.getElementById('fig-ratio')._fullData.length",
+         "rows": "document.querySelectorAll('table tbody tr').length"},
+        ready_expression=f"document.readyState === 'complete' && ({DRAWN}) >= 1",
+    )
+    assert report.errors == []
+    assert report.evaluations["drawn"] == 1
+    assert report.evaluations["points"] == report.evaluations["rows"] == len(cells) == 6
+    assert all(url.startswith(("file://", "data:", "about:")) for url in report.requests), report.requests

@@ -40,8 +40,11 @@ def test_report_logs_dashboard_and_aggregates(uri, tmp_path, capsys):
     assert {"dashboard/index.html", "dashboard/summary.md", "dashboard/tables", "dashboard/figures"} <= names
     tables = {a.path for a in client.list_artifacts(tracker.parent_run_id, "dashboard/tables")}
     assert "dashboard/tables/wilcoxon.csv" in tables
+    assert {"dashboard/tables/critical_difference.csv", "dashboard/tables/probability_of_improvement.csv",
+            "dashboard/tables/normalised_score_summary.csv"} <= tables
     figures = {a.path for a in client.list_artifacts(tracker.parent_run_id, "dashboard/figures")}
-    assert "dashboard/figures/fig3_instantaneous_regret_paper.json" in figures
+    assert {"dashboard/figures/fig3_instantaneous_regret_paper.json",
+            "dashboard/figures/probability_of_improvement_paper.json"} <= figures
 
     def aggregates():
         found = client.search_runs([tracker.experiment_id], filter_string="tags.role = 'aggregate'")

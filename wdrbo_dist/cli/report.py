@@ -12,13 +12,15 @@ METRICS = ("regret", "regret_reference")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="a study YAML file, e.g. configs/quick.yaml")
+    p.add_argument("config", help="a study YAML file, e.g. configs/quick.yaml, or a study's output folder")
     p.add_argument("--metric", default="regret",
                    help="regret (against the exact optimum, default) | regret_reference (the published constants)")
     p.add_argument("--exclude-initial", action="store_true",
                    help="leave the initial design out of the cumulative regret")
-    p.add_argument("--compare", metavar="CONFIG",
-                   help="the same study in the other fidelity profile: shown side by side")
+    p.add_argument("--compare", metavar="CONFIG_OR_FOLDER",
+                   help="another study (a YAML file or an output folder): a page comparing the two cell by cell "
+                        "(compare_<name>/ in the dashboard folder); a study in the other fidelity profile is "
+                        "also drawn side by side on the dashboard")
     p.add_argument("--dashboards", default="dashboards",
                    help="folder holding one sub-folder per study (default: dashboards)")
 
@@ -33,34 +35,56 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_report)
 
 
-def _load_data(args: argparse.Namespace):
-    from wdrbo_dist.analysis.load import Metric, load_study
+def _study(path: str):
+    """A study config, or (for a folder) the study its output folder holds."""
+    from wdrbo_dist.analysis.folder_study import study_from_folder
     from wdrbo_dist.config import ConfigError, load_study_config
+
+    try:
+        return study_from_folder(path) if Path(path).is_dir() else load_study_config(path, validate_runs=False)
+    except (ConfigError, ValueError) as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def _load_data(args: argparse.Namespace):
+    """The study of `config` (with `--compare`'s drawn beside it when that is the other
+    profile), and the two studies of the comparison page (None without `--compare`)."""
+    from wdrbo_dist.analysis.load import Metric, load_study
 
     if args.metric not in METRICS:
         raise UsageError(f"--metric must be one of {', '.join(METRICS)}, got {args.metric!r}")
-    studies = []
-    for path in [args.config] + ([args.compare] if args.compare else []):
-        try:
-            studies.append(load_study_config(path, validate_runs=False))
-        except ConfigError as exc:
-            raise UsageError(f"{path}: {exc}") from None
-    if len(studies) == 2 and studies[0].fidelity == studies[1].fidelity:
-        raise UsageError(
-            f"--compare must name a study in the other fidelity profile; both are {studies[0].fidelity!r}"
-        )
-    data = load_study(studies, Metric(column=args.metric, include_initial=not args.exclude_initial))
-    return studies[0], data
+    metric = Metric(column=args.metric, include_initial=not args.exclude_initial)
+    study = _study(args.config)
+    other = _study(args.compare) if args.compare else None
+    beside = other is not None and bool(study.fidelity) and bool(other.fidelity) and study.fidelity != other.fidelity
+    data = load_study([study, other] if beside else [study], metric)
+    pair = (load_study([study], metric), load_study([other], metric)) if other is not None else None
+    return study, data, pair
+
+
+def _write_comparison(args: argparse.Namespace, study, pair, page: bool) -> None:
+    from wdrbo_dist.analysis.comparison import comparison_display, write_comparison
+    from wdrbo_dist.analysis.report import study_folder
+    from wdrbo_dist.analysis.tables import to_markdown
+
+    a, b = pair
+    folder = study_folder(Path(args.dashboards), study.name) / f"compare_{b.name}"
+    cells, files = write_comparison(a, b, folder, (args.config, args.compare), page=page)
+    print(f"\nA = {a.name} ({args.config}), B = {b.name} ({args.compare}): final cumulative regret, B / A")
+    print(to_markdown(comparison_display(cells, "A", "B")))
+    print(f"comparison: {(files.page if page else files.summary).resolve()}")
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
     from wdrbo_dist.analysis.report import main_table_text, study_folder, summarize
 
-    study, data = _load_data(args)
+    study, data, pair = _load_data(args)
     folder = study_folder(Path(args.dashboards), study.name)
     tables, files = summarize(data, folder)
     print(main_table_text(data, tables))
     print(f"tables: {files.summary} and {len(files.tables)} files in {files.folder / 'tables'}")
+    if pair is not None:
+        _write_comparison(args, study, pair, page=False)
     return 0
 
 
@@ -68,14 +92,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     from wdrbo_dist.analysis.report import aggregate_cells, build_report, main_table_text, study_folder
     from wdrbo_dist.analysis.mlflow_report import MlflowUnavailable, log_report
 
-    study, data = _load_data(args)
+    study, data, pair = _load_data(args)
     folder = study_folder(Path(args.dashboards), study.name)
     source = args.config  # as the user named it: no machine path on the page
     tables, files = build_report(data, folder, source=source)
     print(main_table_text(data, tables))
+    if pair is not None:  # inside the dashboard folder: MLflow keeps it with the dashboard
+        _write_comparison(args, study, pair, page=True)
     status = 0
     if args.no_mlflow:
         pass
+    elif Path(args.config).is_dir():
+        print("MLflow: an output folder names no tracking store; nothing logged", file=sys.stderr)
     elif not study.tracking_enabled:
         print("MLflow: tracking_uri is none; nothing logged", file=sys.stderr)
     else:

@@ -1,0 +1,57 @@
+"""A study read back from its output folder alone, when its config is not at hand.
+
+Every run the store holds (finished or failed) is an expected run, keyed by the key it was
+stored under: a run key hashes the package version, so a folder written by another version
+still reads back whole. Nothing can be missing here: a folder does not know what was never run.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wdrbo_dist.run import RunSpec
+from wdrbo_dist.store import ResultStore, spec_from_dict
+
+
+@dataclass(frozen=True)
+class StoredRunSpec(RunSpec):
+    """A spec as its store's meta gives it, with the key its files are named by."""
+
+    stored_key: str = ""
+
+    @property
+    def run_key(self) -> str:
+        return self.stored_key
+
+
+@dataclass
+class FolderStudy:
+    """What `load_study` needs of a study (name, output_dir, runs), read from a folder."""
+
+    name: str
+    output_dir: Path
+    runs: list[RunSpec] = field(default_factory=list)
+    fidelity: str = ""
+    tracking_uri: str = "none"
+    tracking_enabled: bool = False
+
+
+def study_from_folder(folder: str | Path) -> FolderStudy:
+    """The runs stored under `folder`, named by the study their specs name (else the folder's
+    name); ValueError when it holds no run."""
+    path = Path(folder)
+    store = ResultStore(path)
+    keys = sorted(store.finished_keys() | store.failed_keys())
+    if not keys:
+        raise ValueError(f"{path}: no finished or failed run here (runs/*.json, failed/*.json)")
+    specs = []
+    for key in keys:
+        data = store.read_meta(key)["spec"]
+        spec = spec_from_dict(data)
+        specs.append(StoredRunSpec(**{f: getattr(spec, f) for f in spec.__dataclass_fields__}, stored_key=key))
+    names = Counter(s.study for s in specs if s.study)
+    fidelities = Counter(s.fidelity for s in specs)
+    return FolderStudy(name=names.most_common(1)[0][0] if names else path.resolve().name, output_dir=path,
+                       runs=specs, fidelity=fidelities.most_common(1)[0][0])
