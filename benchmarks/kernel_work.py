@@ -42,12 +42,12 @@ import numpy as np  # noqa: E402
 from profile_run import add_run_arguments, checked_specs  # noqa: E402
 from study_estimate import ROOT, makespan  # noqa: E402
 from wdrbo_dist.config import ConfigError, load_study_config  # noqa: E402
-from wdrbo_dist.models import compiled_ucb, gp  # noqa: E402
+from wdrbo_dist.models import compiled_pairs, compiled_ucb, gp  # noqa: E402
 from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
 
 
 def forms_work(b: int, n: int, r: int, identity: bool) -> int:
-    """`_candidate_forms`: S_b and B_b (elementwise for V = I)."""
+    """`ucb_kernels._candidate_forms`: S_b and B_b (elementwise for V = I)."""
     return 2 * b * n * n if identity else b * n * r + b * r * n * n + b * n * r * r
 
 
@@ -139,11 +139,11 @@ class Tally:
 
 # (module, name, work): the functions whose calls are counted
 COUNTED = (
-    (compiled_ucb, "_pair_values", pair_values_work),
-    (compiled_ucb, "_pair_gradient", pair_gradient_work),
-    (compiled_ucb, "_acquisition_terms", acquisition_terms_work),
-    (compiled_ucb, "_fresh_pair_values", fresh_pair_values_work),
-    (compiled_ucb, "_fresh_vectors", fresh_vectors_work),
+    (compiled_pairs, "pair_values", pair_values_work),
+    (compiled_pairs, "pair_gradient", pair_gradient_work),
+    (compiled_ucb, "acquisition_terms", acquisition_terms_work),
+    (compiled_pairs, "fresh_pair_values", fresh_pair_values_work),
+    (compiled_pairs, "fresh_vectors", fresh_vectors_work),
     (gp.GaussianProcess, "ucb_from_features", features_work),
 )
 

@@ -42,7 +42,7 @@ from paired import check_spec  # noqa: E402
 from wdrbo_dist.acquisition import optimize  # noqa: E402
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
-from wdrbo_dist.models import gp  # noqa: E402
+from wdrbo_dist.models import fit  # noqa: E402
 from wdrbo_dist.problems import problem_names  # noqa: E402
 from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
 
@@ -69,7 +69,7 @@ def profile(spec: RunSpec) -> tuple[dict[str, float], float, float]:
     """(ms per BO step by phase, Adam steps per BO step, acquisition share of the step)."""
     clock = Clock()
     algorithm_class = ALGORITHMS[spec.algorithm]
-    saved = (gp.fit_gp, optimize.maximize_acquisition, optimize.adam_ascent, torch.autograd.grad,
+    saved = (fit.fit_gp, optimize.maximize_acquisition, optimize.adam_ascent, torch.autograd.grad,
              algorithm_class.acquisition)
 
     def adam(acquisition, starts, bounds, settings):
@@ -93,7 +93,7 @@ def profile(spec: RunSpec) -> tuple[dict[str, float], float, float]:
             clock.seconds["maximize"] += total
             clock.seconds["screen"] += total - (clock.seconds["adam"] - adam_before)
 
-    gp.fit_gp = clock.timed("fit", saved[0])
+    fit.fit_gp = clock.timed("fit", saved[0])
     optimize.maximize_acquisition = maximize
     optimize.adam_ascent = adam
     torch.autograd.grad = clock.timed("adam bwd", saved[3])
@@ -101,7 +101,7 @@ def profile(spec: RunSpec) -> tuple[dict[str, float], float, float]:
     try:
         result = run_one(spec, capture_errors=False)
     finally:
-        (gp.fit_gp, optimize.maximize_acquisition, optimize.adam_ascent, torch.autograd.grad,
+        (fit.fit_gp, optimize.maximize_acquisition, optimize.adam_ascent, torch.autograd.grad,
          algorithm_class.acquisition) = saved
     steps = result.records[~result.records["is_initial"]]
     n = len(steps)

@@ -7,7 +7,7 @@ constants that choose between them (one thread, random or fitted data, seed 0):
                  (`GaussianProcess.posterior`), beside the V = I route's (an [n, n] form)
     region       how far fresh contexts on a lattice of a box, inside it and beyond it lie
                  from the span of the box's cut basis, against the check's allowance
-                 (REGION_RESIDUAL_FACTOR, models/gp.py)
+                 (REGION_RESIDUAL_FACTOR, models/context_features.py)
     forms-step   ms per acquisition call (10 candidates, forward and backward) on the pair
                  and the forms route over n and N: where forms pay (FORMS_MIN_POINTS);
                  --wdrbo: WDRBO's call (N = n, 100 Lipschitz points)
@@ -39,7 +39,7 @@ def _fitted(name: str, points: int):  # type: ignore[no-untyped-def]
     for `points` random decisions of problem `name` (seed 0)."""
     import torch
 
-    from wdrbo_dist.models.gp import fit_gp
+    from wdrbo_dist.models.fit import fit_gp
     from wdrbo_dist.problems import make_problem
 
     problem = make_problem(name)
@@ -58,7 +58,7 @@ def accuracy(problems: list[str], points: int = 99, contexts: int = 512, candida
     import torch
 
     from wdrbo_dist.acquisition.kde import kde_samples
-    from wdrbo_dist.models.gp import VARIANCE_FLOOR, numerical_basis, rbf
+    from wdrbo_dist.models.kernel import VARIANCE_FLOOR, numerical_basis, rbf
 
     print(f"max |variance - posterior()'s| over {candidates} decisions x {contexts} KDE samples, "
           f"GP on {points} random observations (seed 0)")
@@ -99,7 +99,8 @@ def region(problems: list[str], points: int = 99, contexts: int = 1024) -> None:
     allowance (`Region.residual_max`)."""
     import torch
 
-    from wdrbo_dist.models.gp import GaussianProcess, rbf
+    from wdrbo_dist.models.gp import GaussianProcess
+    from wdrbo_dist.models.kernel import rbf
 
     print(f"largest projection residual onto the box's basis, GP on {points} random observations (seed 0): "
           "9-point lattice / inside / beyond (allowed)")
@@ -140,9 +141,9 @@ def forms_step(
     pairs route's time."""
     import torch
 
-    from wdrbo_dist.models import gp
+    from wdrbo_dist.models import gp, pair_routes
 
-    gp.FORMS_MIN_POINTS = 0  # the forms route at every n, to find where it pays
+    pair_routes.FORMS_MIN_POINTS = 0  # the forms route at every n, to find where it pays
     torch.set_num_threads(1)
     generator = torch.Generator().manual_seed(0)
     print(f"ms per call ({candidates} candidates, forward + backward"
@@ -273,7 +274,8 @@ def fit_times(repeats: int = 20) -> None:
     import torch
 
     from wdrbo_dist.models.compiled_fit import CompiledMapObjective
-    from wdrbo_dist.models.gp import _MapObjective, fit_gp, lengthscale_prior, standardize
+    from wdrbo_dist.models.fit import fit_gp, standardize
+    from wdrbo_dist.models.map_objective import MapObjective, lengthscale_prior
 
     def best_seconds(call, runs: int) -> float:  # type: ignore[no-untyped-def]
         call()  # the first call compiles (numba) or warms the caches
@@ -296,7 +298,7 @@ def fit_times(repeats: int = 20) -> None:
                              repeats) for compiled in (False, True)]
         host_x, host_y = x.numpy(), standardize(y)[0].numpy()
         theta = np.array([0.3, 0.4, 0.5, 0.01, 0.1])
-        objectives = (_MapObjective(host_x, host_y, lengthscale_prior(3)),
+        objectives = (MapObjective(host_x, host_y, lengthscale_prior(3)),
                       CompiledMapObjective(host_x, host_y, lengthscale_prior(3)))
         evaluations = [best_seconds(lambda o=objective: o(theta), repeats * 50) for objective in objectives]
         print(f"{n:>4} {fits[0] * 1e3:>13.2f} {fits[1] * 1e3:>16.2f} {fits[1] / fits[0]:>6.2f} "

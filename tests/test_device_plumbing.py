@@ -28,7 +28,7 @@ ON_PURPOSE = {
         "the stopping rule's weights are built on the CPU (BoTorch's) and kept as Python floats: no device tensor",
     ("acquisition/optimize.py", "_window_lanes"):
         "the one-time check of the stopping rule's summation order runs on CPU test windows",
-    ("models/gp.py", "fit_gp"): "the GP's hyperparameters are fitted by SciPy's L-BFGS-B on the host",
+    ("models/fit.py", "fit_gp"): "the GP's hyperparameters are fitted by SciPy's L-BFGS-B on the host",
     ("models/gp.py", "_cpu_views"):
         "WDRBO's closed-form L(x) gradient runs in NumPy on views of CPU tensors only (on a GPU, in torch)",
     ("acquisition/drbo_mmd.py", "factor"): "DRBO-MMD's conic program is solved on the CPU",
@@ -41,14 +41,14 @@ ON_PURPOSE = {
     ("acquisition/mmd_minimax_kernel.py", "minimax_step"):
         "the minimax's compiled Adam closed form takes the compiled pair kernel's CPU tensors only",
     ("acquisition/drbo_kde.py", "_solved"): "DRBO-KDE's LP route (drbokde_closed_form: false) is solved on the CPU",
-    ("models/compiled_ucb.py", "_host_arrays"): "the compiled Adam step (adam_pass) is built for CPU tensors only",
+    ("models/compiled_ucb.py", "host_arrays"): "the compiled Adam step (adam_pass) is built for CPU tensors only",
     ("models/compiled_ucb.py", "value_and_gradient"): "the compiled Adam step (adam_pass) runs on CPU tensors only",
-    ("models/compiled_ucb.py", "values"): "the compiled pair kernel's forward pass runs on CPU tensors only",
-    ("models/compiled_ucb.py", "gradient"): "the compiled pair kernel's backward pass runs on CPU tensors only",
-    ("models/compiled_ucb.py", "minimum_values"): "the compiled minimum over fresh contexts runs on CPU tensors only",
-    ("models/compiled_ucb.py", "minimum_gradient"): "the compiled minimum's backward pass runs on CPU tensors only",
-    ("models/compiled_ucb.py", "__call__"): "the compiled minimum over fresh contexts runs on CPU tensors only",
-    ("models/gp.py", "_ucb_without_gradient"):
+    ("models/compiled_pairs.py", "values"): "the compiled pair kernel's forward pass runs on CPU tensors only",
+    ("models/compiled_pairs.py", "gradient"): "the compiled pair kernel's backward pass runs on CPU tensors only",
+    ("models/compiled_pairs.py", "minimum_values"): "the compiled minimum over fresh contexts runs on CPU tensors only",
+    ("models/compiled_pairs.py", "minimum_gradient"): "the compiled minimum's backward pass runs on CPU tensors only",
+    ("models/compiled_pairs.py", "__call__"): "the compiled minimum over fresh contexts runs on CPU tensors only",
+    ("models/pair_routes.py", "_ucb_without_gradient"):
         "the screening pass's compiled elementwise passes take CPU float64 tensors only (elsewhere, torch's)",
     ("acquisition/mmd_common.py", "context_gram"):
         "the grid Gram matrix's compiled symmetric part takes CPU float64 tensors only (elsewhere, torch's)",

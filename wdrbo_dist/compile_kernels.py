@@ -2,7 +2,7 @@
 
 numba compiles a kernel at its first call and caches the machine code beside its module
 (`cache=True`, keyed by the source and this CPU): on 2 cores mmd_ipm.py takes ~22 s and
-compiled_ucb.py ~12 s, once per machine, which would otherwise land in a user's first run of
+ucb_kernels.py ~12 s, once per machine, which would otherwise land in a user's first run of
 an algorithm that takes them (or in the test that happens to run first). A short real run of
 each kernel's caller compiles exactly the signatures a study calls; a later process only loads
 them.
@@ -18,7 +18,7 @@ from wdrbo_dist.run import RunSpec, run_one
 
 # (algorithm, evaluations) on Three-Hump Camel, paper profile: the first run reaches mmd_ipm's
 # solver and the pair kernels over fixed contexts (DRBO-MMD's grid; DRBO-KDE's samples and the
-# minimax's grid call the same), the second compiled_ucb's mean-term kernel (ERBO's and WDRBO's
+# minimax's grid call the same), the second ucb_kernels.py's mean-term kernel (ERBO's and WDRBO's
 # Adam steps), the third the values over fresh contexts (DRBO-KDE's minimum), the fourth the
 # minimum over fresh contexts with its gradient (StableOpt's Adam steps), the fifth GP-UCB's
 # posterior kernel, the sixth the minimax's closed form (acquisition/mmd_minimax_kernel.py);

@@ -223,7 +223,7 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
     from wdrbo_dist.acquisition.optimize import maximize_acquisition
     from wdrbo_dist.acquisition.sobol import scrambled_sobol
     from wdrbo_dist.algorithms import make_algorithm
-    from wdrbo_dist.models.gp import fit_gp
+    from wdrbo_dist.models.fit import fit_gp
     from wdrbo_dist.problems import make_problem
 
     device = torch.device(spec.device)

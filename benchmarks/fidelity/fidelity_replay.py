@@ -53,7 +53,8 @@ from wdrbo_dist.acquisition.sobol import scrambled_sobol  # noqa: E402
 from wdrbo_dist.algorithms import make_algorithm  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.cli.usage import UsageError  # noqa: E402
-from wdrbo_dist.models.gp import _MapObjective, fit_gp, lengthscale_prior, standardize  # noqa: E402
+from wdrbo_dist.models.fit import fit_gp, standardize  # noqa: E402
+from wdrbo_dist.models.map_objective import MapObjective, lengthscale_prior  # noqa: E402
 from wdrbo_dist.problems import make_problem  # noqa: E402
 
 CANDIDATES = 256
@@ -150,7 +151,7 @@ def replay(args: argparse.Namespace) -> None:
         g = torch.Generator().manual_seed(args.seed + t)
         model, _ = fit_gp(inputs, y[:t], g)
         y_std, _, _ = standardize(y[:t])
-        objective = _MapObjective(inputs.numpy(), y_std.numpy(), lengthscale_prior(inputs.shape[1]))
+        objective = MapObjective(inputs.numpy(), y_std.numpy(), lengthscale_prior(inputs.shape[1]))
         ours_theta = np.concatenate([model.lengthscale.numpy(), [model.noise, model.mean_constant]])
         their_theta = np.concatenate([answer["lengthscale"], [answer["noise"], answer["mean_constant"]]])
         d_obj = objective(ours_theta)[0] - objective(their_theta)[0]

@@ -1,4 +1,4 @@
-"""The compiled Adam step (option `adam_pass`, models/compiled_ucb.py) of the acquisitions that
+"""The compiled Adam step (option `adam_pass`, models/compiled_ucb.py and compiled_pairs.py) of the acquisitions that
 are a weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO (ERBO, WDRBO, SBO-KDE), and
 of those that are another function of the UCB at every (candidate, context) pair (DRBO-KDE,
 DRBO-MMD and its minimax, StableOpt's minimum over fresh contexts). It computes torch's values and
@@ -18,10 +18,11 @@ from wdrbo_dist.acquisition.compiled import FixedContextUCB
 from wdrbo_dist.acquisition.sbo_kde import SBOKDE, SampleAverageUCB
 from wdrbo_dist.acquisition.stableopt import StableOpt
 from wdrbo_dist.acquisition.ucb import GPUCB
-from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
-from wdrbo_dist.models.compiled_ucb import CompiledPairs, CompiledUCB
+from wdrbo_dist.models.compiled_pairs import CompiledPairs
+from wdrbo_dist.models.compiled_ucb import CompiledUCB
 
 from test_wdrbo import _state_and_model
 

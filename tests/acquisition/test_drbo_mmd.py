@@ -14,7 +14,8 @@ from scipy.optimize import minimize
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD, MMDAcquisition, MMDWorstCase, drop_zero_cone_rows, gram_factor
 from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf, mmd_radius
-from wdrbo_dist.models.gp import fit_gp, rbf
+from wdrbo_dist.models.fit import fit_gp
+from wdrbo_dist.models.kernel import rbf
 from wdrbo_dist.problems import make_problem
 
 T = torch.float64

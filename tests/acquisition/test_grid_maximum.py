@@ -14,7 +14,7 @@ import torch
 from wdrbo_dist.acquisition.base import Acquisition, BOState
 from wdrbo_dist.acquisition.optimize import maximize_acquisition
 from wdrbo_dist.algorithms import make_algorithm
-from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
 
 DETERMINISTIC = ["wdrbo", "erbo", "gp-ucb", "sbo-kde", "drbo-mmd", "drbo-mmd-minimax"]

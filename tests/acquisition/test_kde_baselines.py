@@ -17,7 +17,7 @@ from wdrbo_dist.acquisition.drbo_kde import (
 )
 from wdrbo_dist.acquisition.kde import kde_samples, silverman_bandwidth
 from wdrbo_dist.acquisition.sbo_kde import SBOKDE
-from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
 
 

@@ -16,7 +16,7 @@ from wdrbo_dist.acquisition.mmd_minimax import (
     minimax_value_and_weights,
     point_mmd_squared,
 )
-from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
 
 T = torch.float64

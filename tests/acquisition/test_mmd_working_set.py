@@ -14,7 +14,7 @@ from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD, MMDWorstCase, gram_factor, tensor_grid_factor
 from wdrbo_dist.acquisition.mmd_common import mmd_radius
 from wdrbo_dist.acquisition.mmd_working_set import SimplexConeProgram, WorkingSetSolver
-from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
 
 T = torch.float64

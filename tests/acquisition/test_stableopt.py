@@ -8,7 +8,7 @@ import torch
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.sobol import scrambled_sobol
 from wdrbo_dist.acquisition.stableopt import StableOpt, stable_box
-from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
 
 T = torch.float64

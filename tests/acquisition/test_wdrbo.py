@@ -8,7 +8,7 @@ import torch
 
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
-from wdrbo_dist.models.gp import fit_gp
+from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
 
 

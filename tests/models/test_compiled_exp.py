@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from wdrbo_dist.models.compiled_ucb import exp_in_place
+from wdrbo_dist.models.ucb_kernels import exp_in_place
 
 
 @pytest.mark.parametrize("lowest", [-1.0, -40.0, -708.0])
@@ -45,7 +45,7 @@ def test_the_option_moves_a_run_by_rounding_only_at_first(algorithm: str) -> Non
 
 
 def test_its_bits_are_those_of_its_operations_each_rounded_so_no_cpu_fuses_them() -> None:
-    from wdrbo_dist.models import compiled_ucb as kernel
+    from wdrbo_dist.models import ucb_kernels as kernel
 
     x = np.random.default_rng(5).uniform(-708.0, 0.0, 100_000)
     values = x.copy()

@@ -1,4 +1,4 @@
-"""The compiled MAP objective (option `gp_objective: compiled`) is NumPy's `_MapObjective` to
+"""The compiled MAP objective (option `gp_objective: compiled`) is NumPy's `MapObjective` to
 rounding: the same value and gradient, the same failures, and a fit that lands on the same
 hyperparameters."""
 
@@ -9,15 +9,16 @@ import pytest
 import torch
 
 from wdrbo_dist.models.compiled_fit import CompiledMapObjective
-from wdrbo_dist.models.gp import FAILED_OBJECTIVE, _MapObjective, fit_gp, lengthscale_prior, standardize
+from wdrbo_dist.models.fit import fit_gp, standardize
+from wdrbo_dist.models.map_objective import FAILED_OBJECTIVE, MapObjective, lengthscale_prior
 
 
-def _objectives(n: int, dim: int, seed: int) -> tuple[_MapObjective, CompiledMapObjective]:
+def _objectives(n: int, dim: int, seed: int) -> tuple[MapObjective, CompiledMapObjective]:
     generator = np.random.default_rng(seed)
     x = generator.random((n, dim))
     y = standardize(torch.tensor(np.sin(5 * x).sum(-1) + 0.1 * generator.standard_normal(n)))[0].numpy()
     prior = lengthscale_prior(dim)
-    return _MapObjective(x, y, prior), CompiledMapObjective(x, y, prior)
+    return MapObjective(x, y, prior), CompiledMapObjective(x, y, prior)
 
 
 @pytest.mark.parametrize("n,dim", [(5, 2), (40, 3), (99, 4)])
@@ -45,7 +46,7 @@ def test_a_covariance_that_is_not_positive_definite_fails_as_numpys() -> None:
     y = np.linspace(-1.0, 1.0, 8)
     theta = np.array([0.4, 0.4, 1e-300, 0.0])  # 1 + 1e-300 == 1: K singular in floating point
     compiled = CompiledMapObjective(x, y, lengthscale_prior(2))
-    assert compiled(theta)[0] == FAILED_OBJECTIVE == _MapObjective(x, y, lengthscale_prior(2))(theta)[0]
+    assert compiled(theta)[0] == FAILED_OBJECTIVE == MapObjective(x, y, lengthscale_prior(2))(theta)[0]
 
 
 def test_a_fit_lands_on_numpys_hyperparameters() -> None:

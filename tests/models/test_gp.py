@@ -9,20 +9,11 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
-from wdrbo_dist.models.gp import (
-    LENGTHSCALE_MIN,
-    NOISE_MIN,
-    REGION_RESIDUAL_MAX,
-    GaussianProcess,
-    context_gradient_jacobian,
-    _MapObjective,
-    fit_gp,
-    lengthscale_prior,
-    numerical_basis,
-    projected,
-    rbf,
-    standardize,
-)
+from wdrbo_dist.models.context_features import REGION_RESIDUAL_MAX, projected
+from wdrbo_dist.models.fit import fit_gp, standardize
+from wdrbo_dist.models.gp import GaussianProcess, context_gradient_jacobian
+from wdrbo_dist.models.kernel import numerical_basis, rbf
+from wdrbo_dist.models.map_objective import LENGTHSCALE_MIN, NOISE_MIN, MapObjective, lengthscale_prior
 
 
 def _data(n: int, dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,7 +60,7 @@ def test_map_objective_equals_gpytorch_marginal_log_likelihood_plus_priors() -> 
     x, y = _data(20, 2, seed=3)
     y_std, _, _ = standardize(y)
     theta = np.array([0.3, 0.7, 0.02, 0.1])
-    value, _ = _MapObjective(x.numpy(), y_std.numpy(), lengthscale_prior(2))(theta)
+    value, _ = MapObjective(x.numpy(), y_std.numpy(), lengthscale_prior(2))(theta)
     model = SingleTaskGP(x, y_std.unsqueeze(-1))
     model.covar_module.lengthscale = torch.tensor([[0.3, 0.7]], dtype=torch.float64)
     model.likelihood.noise = torch.tensor([0.02], dtype=torch.float64)
@@ -84,7 +75,7 @@ def test_map_objective_equals_gpytorch_marginal_log_likelihood_plus_priors() -> 
 
 def test_map_objective_gradient_matches_finite_differences() -> None:
     x, y = _data(15, 3, seed=4)
-    objective = _MapObjective(x.numpy(), standardize(y)[0].numpy(), lengthscale_prior(3))
+    objective = MapObjective(x.numpy(), standardize(y)[0].numpy(), lengthscale_prior(3))
     theta = np.array([0.2, 0.5, 0.9, 0.03, -0.2])
     _, grad = objective(theta)
     for i in range(theta.size):
@@ -288,19 +279,19 @@ def test_a_relative_tolerance_cuts_the_basis_at_that_singular_value_and_no_lower
 def test_an_attempt_stopped_by_the_iteration_limit_is_not_retried_as_botorch_does(monkeypatch) -> None:
     """BoTorch's fit counts L-BFGS-B's iteration / evaluation limit (status 1) as a success and
     retries only other failures (e.g. an abnormal line search, status 2)."""
-    import wdrbo_dist.models.gp as gp
+    import wdrbo_dist.models.fit as fit
     from wdrbo_dist.models.lbfgsb import Minimum
 
     g = torch.Generator().manual_seed(0)
     x = torch.rand(8, 2, generator=g, dtype=torch.float64)
     y = torch.sin(6 * x[:, 0]) + x[:, 1]
-    for status, attempts in ((1, 1), (2, gp.MAX_FIT_ATTEMPTS)):
+    for status, attempts in ((1, 1), (2, fit.MAX_FIT_ATTEMPTS)):
         def stopped(objective, x0, lower, upper, _status=status):
             value, _ = objective(x0)
             return Minimum(x=x0, fun=value, status=_status, nfev=1, nit=0)
 
-        monkeypatch.setattr(gp, "minimize_lbfgsb", stopped)
-        _, report = gp.fit_gp(x, y, torch.Generator().manual_seed(1))
+        monkeypatch.setattr(fit, "minimize_lbfgsb", stopped)
+        _, report = fit.fit_gp(x, y, torch.Generator().manual_seed(1))
         assert report.attempts == attempts
         assert report.converged == (status == 1)
 
@@ -428,7 +419,7 @@ def test_the_forms_route_gives_the_pairs_values_and_gradients_from_min_points_on
     """With `context_forms`, `ucb_from_features` takes the quadratic forms for a few candidates
     (an Adam step) once the data have FORMS_MIN_POINTS points, and the pairs otherwise (the
     screening pass): the same UCB and x-gradient as the pairs route, to rounding."""
-    from wdrbo_dist.models.gp import FORMS_MAX_BATCH, FORMS_MIN_POINTS
+    from wdrbo_dist.models.pair_routes import FORMS_MAX_BATCH, FORMS_MIN_POINTS
 
     g = torch.Generator().manual_seed(33)
     contexts = torch.rand(120, 2, generator=g, dtype=torch.float64)
@@ -457,7 +448,7 @@ def test_the_forms_route_carries_context_gradients_taken_outside_autograd(dim_c:
     values and the context gradients of the pairs route, to rounding, each no further from a
     Cholesky solve per pair than the pairs'. Where an x-gradient is to be taken through the
     context gradients, the pairs route is kept."""
-    from wdrbo_dist.models.gp import FORMS_MIN_POINTS
+    from wdrbo_dist.models.pair_routes import FORMS_MIN_POINTS
 
     x, y = _data(FORMS_MIN_POINTS + 12, 2 + dim_c, seed=34)
     pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))

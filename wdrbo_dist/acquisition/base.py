@@ -77,7 +77,7 @@ COMMON_OPTIONS: dict[str, Option] = {
     # published code (BoTorch's gen_candidates_torch) evaluates a clamped copy and lets the
     # parameter itself leave the box.
     "adam_projected": Option(True, False),
-    # The GP's route for a context set (models/gp.py, `ucb_pairs`): a numerical basis of the
+    # The GP's route for a context set (models/pair_routes.py, `ucb_pairs`): a numerical basis of the
     # context vectors wherever it needs fewer multiply-adds (as accurate, faster where the
     # contexts are many), or always the n(n+1)/2 pair products and, for contexts drawn afresh,
     # an [n, n] form per candidate. benchmarks/paired.py --preset context-basis compares them.
@@ -104,14 +104,14 @@ COMMON_OPTIONS: dict[str, Option] = {
     "basis_forms": Option("one_product", "batched", choices=("one_product", "batched")),
     # Where the basis route is not taken (two context dimensions, or early steps), a call with a
     # few candidates (Adam's restarts) computes the variance at every pair as a quadratic form
-    # [n, n] per candidate with a closed-form gradient (models/gp.py, `quadratic_forms`), not
+    # [n, n] per candidate with a closed-form gradient (models/pair_routes.py, `quadratic_forms`), not
     # the n(n+1)/2 pair products and autograd (the paper profile's: the same values to
     # rounding, faster at n >= 48, benchmarks/routes.py forms-step); WDRBO's context gradients
     # at its Lipschitz points, taken outside autograd, go the same way. The reference profile
     # keeps the pair products. benchmarks/paired.py --preset context-forms compares them.
     "context_forms": Option(True, False),
     # The GP fit's MAP objective and its gradient, ~50 evaluations per BO step: NumPy's
-    # (`numpy`, models/gp.py `_MapObjective`; the reference profile's) or two numba kernels
+    # (`numpy`, models/map_objective.py; the reference profile's) or two numba kernels
     # around LAPACK (`compiled`, models/compiled_fit.py; the paper profile's: the same values to
     # ~1e-13, a fit 3-5x cheaper). benchmarks/routes.py fit times both; benchmarks/paired.py
     # --preset gp-objective compares them over seeds.

@@ -1,7 +1,7 @@
-"""The compiled Adam step (the kernels: models/compiled_ucb.py) of the acquisitions that are a
-weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO (ERBO, WDRBO, SBO-KDE), and of
-those that are another function of the UCB at fixed or fresh contexts (DRBO-KDE's KDE samples,
-DRBO-MMD's and the minimax's grids, StableOpt's box). Its option is declared here, once."""
+"""The compiled Adam step (models/compiled_ucb.py, models/compiled_pairs.py) of the acquisitions
+that are a weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO (ERBO, WDRBO, SBO-KDE),
+and of those that are another function of the UCB at fixed or fresh contexts (DRBO-KDE's KDE
+samples, DRBO-MMD's and the minimax's grids, StableOpt's box). Its option is declared here, once."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
-from wdrbo_dist.models.gp import ContextFeatures, GaussianProcess, Region
+from wdrbo_dist.models.context_features import ContextFeatures, Region
+from wdrbo_dist.models.gp import GaussianProcess
 
 if TYPE_CHECKING:
-    from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs, CompiledPairs, CompiledPosteriorUCB, CompiledUCB
+    from wdrbo_dist.models.compiled_pairs import CompiledFreshPairs, CompiledPairs
+    from wdrbo_dist.models.compiled_ucb import CompiledPosteriorUCB, CompiledUCB
 
 # How an Adam step (a few candidates, CPU) gets the acquisition and its x-gradient: by torch's
 # autograd through the GP's routes, WDRBO's L(x) in the mean term's pass (`torch`, the
@@ -75,7 +77,7 @@ def compiled_pairs(model: GaussianProcess, contexts: Tensor, beta: float,
     acquisition that is some function of them (None off the CPU or float64); `features`: the
     GP's context features of the same contexts, whose vectors and basis it reuses;
     `sparse_backward`: the backward pass over the contexts of nonzero weight only."""
-    from wdrbo_dist.models.compiled_ucb import CompiledPairs
+    from wdrbo_dist.models.compiled_pairs import CompiledPairs
 
     return CompiledPairs.build(model, contexts, beta, features, sparse_backward)
 
@@ -120,6 +122,6 @@ def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Region | N
                          polynomial_exp: bool = False) -> "CompiledFreshPairs | None":
     """The kernel's UCB [b, N] for contexts drawn afresh at every call (None off the CPU or
     float64); `polynomial_exp`: option `fresh_exp: polynomial`."""
-    from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs
+    from wdrbo_dist.models.compiled_pairs import CompiledFreshPairs
 
     return CompiledFreshPairs.build(model, beta, region, polynomial_exp)

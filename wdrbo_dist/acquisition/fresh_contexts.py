@@ -14,10 +14,11 @@ import torch
 from torch import Tensor
 
 from wdrbo_dist.acquisition.compiled import compiled_fresh_pairs, compiled_route
-from wdrbo_dist.models.gp import VARIANCE_FLOOR, GaussianProcess, rbf
+from wdrbo_dist.models.gp import GaussianProcess
+from wdrbo_dist.models.kernel import VARIANCE_FLOOR, rbf
 
 if TYPE_CHECKING:
-    from wdrbo_dist.models.compiled_ucb import CompiledFreshPairs
+    from wdrbo_dist.models.compiled_pairs import CompiledFreshPairs
 
 # Below this many candidates, `FreshContextUCB` forms the candidate-side quadratic forms
 # directly; above it the GP's shared context features pay for their construction.

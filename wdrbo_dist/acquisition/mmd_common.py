@@ -15,7 +15,7 @@ import math
 import torch
 from torch import Tensor
 
-from wdrbo_dist.models.gp import rbf
+from wdrbo_dist.models.kernel import rbf
 
 # Kirschner et al.'s MMD concentration constant with delta = 0.1 and kernel bound 1.
 MMD_RADIUS_CONSTANT = 2.0 + math.sqrt(2.0 * math.log(10.0))

@@ -20,7 +20,8 @@ from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.compiled import (
     ADAM_PASS, compiled_mean_ucb, compiled_route, compiled_value_and_gradient,
 )
-from wdrbo_dist.models.gp import ContextFeatures, GaussianProcess
+from wdrbo_dist.models.context_features import ContextFeatures
+from wdrbo_dist.models.gp import GaussianProcess
 
 
 
