@@ -9,6 +9,7 @@ normalised final scores of every run. Built from `Summary` (summary_tables.py), 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -16,6 +17,7 @@ import plotly.graph_objects as go
 
 from wdrbo_dist.analysis.figures import FigureItem, colour
 from wdrbo_dist.analysis.ranking import CriticalDifference
+from wdrbo_dist.analysis.summary_tables import Summary
 from wdrbo_dist.analysis.tables import algorithm_name, problem_name
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=30, t=70, b=50))
@@ -67,7 +69,8 @@ def cd_diagram(cd: CriticalDifference, order: list[str]) -> go.Figure:
     return fig
 
 
-def interval_figure(frame: pd.DataFrame, value: str, label_of, colour_of, x_title: str,
+def interval_figure(frame: pd.DataFrame, value: str, label_of: Callable[[str], str], colour_of: Callable[[str], str],
+                    x_title: str,
                     lines: tuple[float, ...], x_range: tuple[float, float] | None = None) -> go.Figure:
     """One row per entity: the overall estimate with its interval (thick) and the per-problem
     estimates (small open markers), best on top."""
@@ -117,8 +120,8 @@ def performance_profile(scores: pd.DataFrame, order: list[str]) -> go.Figure:
     return fig
 
 
-def summary_figures(summary, order: list[str]) -> list[FigureItem]:
-    """The figures of `summary` (a summary_tables.Summary), per fidelity, in reading order."""
+def summary_figures(summary: Summary, order: list[str]) -> list[FigureItem]:
+    """The figures of `summary`, per fidelity, in reading order."""
     items = []
     for fidelity, cd in summary.critical_difference.items():
         if cd.n_blocks:

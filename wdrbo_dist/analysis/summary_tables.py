@@ -8,6 +8,7 @@ shows them above the per-problem tables. Every interval is seeded: the same stor
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -59,7 +60,7 @@ def _text(value: float, low: float, high: float) -> str:
     return f"{value:.2f}{interval}"
 
 
-def _interval_wide(frame: pd.DataFrame, entity: str, value: str, name) -> pd.DataFrame:
+def _interval_wide(frame: pd.DataFrame, entity: str, value: str, name: Callable[[str], str]) -> pd.DataFrame:
     """Rows: overall, then the problems; columns: the entities; cells 'estimate [low, high]'."""
     cells = frame.assign(text=[_text(v, lo, hi) for v, lo, hi in zip(frame[value], frame["low"], frame["high"])])
     wide = cells.pivot(index="problem", columns=entity, values="text")
