@@ -138,3 +138,11 @@ def test_curve_band_resamples_whole_seeds():
     np.testing.assert_allclose(band["high"], np.quantile(means, 0.975, axis=0))
     # the same draw for both steps: step 2's band is exactly 10 x step 1's
     assert band["high"].iloc[1] == pytest.approx(10 * band["high"].iloc[0])
+
+
+def test_summary_tables_show_intervals_and_no_negative_zero():
+    from wdrbo_dist.analysis.summary_tables import _text
+
+    assert _text(0.5, 0.25, 0.75) == "0.50 [0.25, 0.75]"
+    assert _text(-0.001, -0.004, 0.003) == "0.00 [0.00, 0.00]"
+    assert _text(math.nan, math.nan, math.nan) == "n/a"

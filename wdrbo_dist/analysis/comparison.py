@@ -159,7 +159,7 @@ def write_comparison(a: StudyData, b: StudyData, folder: Path, sources: tuple[st
 <html lang="en"><head><meta charset="utf-8"><title>wdrbo-dist: {html.escape(a.name)} against {html.escape(b.name)}</title>
 <style>{CSS}</style><script type="text/javascript">{get_plotlyjs()}</script></head><body>
 <h1>Study <code>{html.escape(a.name)}</code> (A) against <code>{html.escape(b.name)}</code> (B)</h1>
-<p class="meta">{html.escape(intro)}</p>
+<p class="meta">{html.escape(intro.replace("`", ""))}</p>
 <div class="figure" id="ratio"><h3>Ratio of final cumulative regrets, B / A</h3>
 <p class="caption">For every problem and algorithm both studies ran: the ratio of their mean final cumulative
 regrets with a 95 % bootstrap interval (log axis; left of 1, B ends with less regret). Cells with at least two

@@ -53,11 +53,17 @@ class Summary:
         return out
 
 
+def _two(value: float) -> str:
+    """Two decimals, without the sign of a value that rounds to zero ('-0.00')."""
+    text = f"{value:.2f}"
+    return "0.00" if text == "-0.00" else text
+
+
 def _text(value: float, low: float, high: float) -> str:
     if not math.isfinite(value):
         return "n/a"
-    interval = f" [{low:.2f}, {high:.2f}]" if math.isfinite(low) and math.isfinite(high) else ""
-    return f"{value:.2f}{interval}"
+    interval = f" [{_two(low)}, {_two(high)}]" if math.isfinite(low) and math.isfinite(high) else ""
+    return f"{_two(value)}{interval}"
 
 
 def _interval_wide(frame: pd.DataFrame, entity: str, value: str, name: Callable[[str], str]) -> pd.DataFrame:
