@@ -103,3 +103,10 @@ def test_a_study_against_itself_is_ratio_one_and_not_significant(two):
     data = load_study([load_study_config(a, validate_runs=False)])
     cells = compare_cells(data, data)
     assert np.allclose(cells["ratio"], 1.0) and not cells["significant"].any()
+
+
+def test_a_report_of_an_output_folder_logs_nothing_and_says_why(two, tmp_path, capsys):
+    dash = tmp_path / "dash"
+    assert main(["report", str(tmp_path / "results-init2"), "--dashboards", str(dash)]) == 0
+    assert "an output folder names no tracking store" in capsys.readouterr().err
+    assert (dash / "init2" / "index.html").is_file() and (dash / "init2" / "tables" / "nemenyi.csv").is_file()
