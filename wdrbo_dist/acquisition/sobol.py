@@ -15,8 +15,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-BITS = 30  # the engine's MAXBIT: points are k / 2^30
-
 
 def draw_seed(generator: torch.Generator) -> int:
     return int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
@@ -47,7 +45,7 @@ def scrambled_sobol(n: int, dim: int, generator: torch.Generator, dtype: torch.d
 
 @functools.lru_cache(maxsize=None)
 def _direction_numbers(dim: int) -> np.ndarray:
-    """The engine's unscrambled direction numbers [dim, BITS] (read-only)."""
+    """The engine's unscrambled direction numbers [dim, sobol_kernel.BITS] (read-only)."""
     array = torch.quasirandom.SobolEngine(dim, scramble=False).sobolstate.numpy().copy()
     array.flags.writeable = False
     return array

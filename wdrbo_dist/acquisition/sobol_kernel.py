@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from wdrbo_dist.acquisition.sobol import BITS
-
+BITS = 30  # the engine's MAXBIT: points are k / 2^30
 _STATE_SIZE, _SHIFT_POINT = 624, 397  # MT19937's n and m
 
 
