@@ -25,7 +25,7 @@ LAYERS: list[set[str]] = [
     {"algorithms"},
     {"run", "mlflow_views"},
     {"study_spec", "store"},
-    {"tracking", "backends", "submit"},
+    {"tracking", "backends", "submit", "output_folder"},
     {"config"},
     {"study", "analysis"},
     {"cli", "compile_kernels"},  # the two commands

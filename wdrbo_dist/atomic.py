@@ -1,6 +1,7 @@
 """Files written atomically: to a temporary name beside the target, flushed to disk, renamed.
 
 A reader sees the old file or the whole new one, never a part, even after a machine crash.
+The file gets the mode a plain `open` would give (0666 less the umask), not mkstemp's 0600.
 The result store, the study file and the single-run command write through these.
 """
 
@@ -31,6 +32,19 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (else set and reset)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | os.PathLike[str], write: Callable[[str], None]) -> None:
     """Call `write(tmp)` on a temporary file beside `path`, flush it to disk, rename it to `path`.
 
@@ -41,6 +55,7 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[str], None]) -> 
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     os.close(fd)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # others on shared storage read results as usual
         write(tmp)
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())

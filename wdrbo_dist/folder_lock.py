@@ -46,13 +46,19 @@ def driver_lock(output_dir: str | os.PathLike[str], command: str | None = None) 
             holder = {"host": socket.gethostname(), "pid": os.getpid(),
                       "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
                       "command": command if command is not None else shlex.join(sys.argv)}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps(holder).encode(), 0)
+            try:  # the details only name the holder: a full disk must not stop the lock
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps(holder).encode(), 0)
+            except OSError:
+                pass
         try:
             yield path if locked else None
         finally:
             if locked:
-                os.ftruncate(fd, 0)
+                try:
+                    os.ftruncate(fd, 0)
+                except OSError:
+                    pass
     finally:
         os.close(fd)  # releases the flock
 

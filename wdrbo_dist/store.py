@@ -173,6 +173,7 @@ class ResultStore:
         self.runs_dir = self.root / "runs"
         self.failed_dir = self.root / "failed"
         self._whole: dict[str, tuple[FileSignature, FileSignature]] = {}  # key -> files found whole
+        self._versions: dict[str, str] = {}  # key -> the version that wrote it, of the runs found whole
 
     # --- paths ---------------------------------------------------------------------------------
     def records_path(self, run_key: str) -> Path:
@@ -213,6 +214,15 @@ class ResultStore:
         """Run keys whose latest attempt failed (and that have not finished since)."""
         failed = {key for key in _stems(self.failed_dir) if self._failed_damage(key) is None}
         return {key for key in failed if not self.is_finished(key)}
+
+    def other_versions(self) -> dict[str, int]:
+        """{version: finished runs} of the finished runs here that another package version wrote."""
+        counts: dict[str, int] = {}
+        for key in self.finished_keys():
+            version = self._versions.get(key, __version__)
+            if version != __version__:
+                counts[version] = counts.get(version, 0) + 1
+        return counts
 
     def is_finished(self, run_key: str) -> bool:
         return self.meta_path(run_key).is_file() and self._finished_damage(run_key) is None
@@ -267,6 +277,7 @@ class ResultStore:
         if rows != expected:
             return Damage(run_key, records_path, f"has {rows} rows, its json says {expected}", label)
         self._whole[run_key] = signature
+        self._versions[run_key] = str(meta.get("version", "?"))
         return None
 
     def _failed_damage(self, run_key: str) -> Damage | None:

@@ -20,10 +20,13 @@ from wdrbo_dist.atomic import write_json_atomic
 from wdrbo_dist.backends import map_tasks
 from wdrbo_dist.backends.task import ClusterGone, Outcome, Task
 from wdrbo_dist.folder_lock import driver_lock
+from wdrbo_dist.output_folder import (
+    EXIT_IO_ERROR, OutputWriteError, check_folder, check_same_study, keep_elsewhere, other_versions_line, reason, writing,
+)
 from wdrbo_dist.run import RunResult, RunSpec, resolved_options, run_one
 from wdrbo_dist.store import ResultStore
 from wdrbo_dist.study_spec import StudySpec
-from wdrbo_dist.tracking.connection import check_tracking_uri
+from wdrbo_dist.tracking.connection import TrackingError, check_tracking_uri, one_line
 from wdrbo_dist.tracking.study_tracker import StudyTracker
 
 Echo = Callable[[str], None]
@@ -114,6 +117,7 @@ class StudyStatus:
 
     cells: dict[tuple[str, str], tuple[int, int, int]]
     damaged: list[str]
+    notes: list[str] = field(default_factory=list)  # another study's folder, another version's runs
 
     @property
     def totals(self) -> tuple[int, int, int]:
@@ -130,7 +134,13 @@ def study_status(study: StudySpec) -> StudyStatus:
         cell[0 if spec.run_key in finished else 1 if spec.run_key in failed else 2] += 1
     labels = {spec.run_key: spec.label for spec in study.runs}
     damaged = [damage.line(store.root, labels[damage.run_key]) for damage in store.damaged(labels)]
-    return StudyStatus({key: (d, f, m) for key, (d, f, m) in cells.items()}, damaged)
+    try:
+        check_same_study(study)
+        notes = []
+    except ValueError as exc:
+        notes = [f"note: {exc}"]
+    notes.append(other_versions_line(store))
+    return StudyStatus({key: (d, f, m) for key, (d, f, m) in cells.items()}, damaged, notes)
 
 
 def make_tasks(study: StudySpec, specs: Sequence[RunSpec]) -> list[Task]:
@@ -155,6 +165,8 @@ class StudyReport:
     failed: list[RunResult] = field(default_factory=list)
     lost: list[Outcome] = field(default_factory=list)  # given up by the backend, not done
     cluster_gone: str | None = None  # why the backend stopped, when the cluster is gone
+    write_error: str | None = None  # why the output folder could not be written; runs in flight cancelled
+    kept_elsewhere: str = ""  # where the finished run that could not be stored was written instead
     interrupted: bool = False
     wall_time_s: float = 0.0
     tracking_warnings: list[str] = field(default_factory=list)
@@ -164,6 +176,8 @@ class StudyReport:
     def exit_code(self) -> int:
         if self.interrupted:
             return 130
+        if self.write_error:
+            return EXIT_IO_ERROR
         if self.cluster_gone or self.lost:
             return EXIT_UNAVAILABLE
         return 1 if self.failed or self.plan.failed else 0
@@ -198,10 +212,14 @@ def run_study(
 
     `progress` makes the watcher of the tasks about to run, `echo` takes the driver's lines
     and `ctrl_c` guards the loop: the command line's, none by default.
-    Raises `FolderInUse` (before any work) while another driver holds the output folder,
-    `TrackingError` or `ClusterUnreachable` (before any work) for a store or an address that
-    does not answer.
+    Raises, before any work: `FolderUnusable` for an output folder that cannot be written,
+    `OtherStudy` for one that holds another study, `FolderInUse` while another driver holds it,
+    `TrackingError` or `ClusterUnreachable` for a store or an address that does not answer.
+    `OutputWriteError` when the folder cannot be written at start (a full disk); later, the
+    report's `write_error` says so.
     """
+    check_folder(study.output_dir)
+    check_same_study(study)
     if study.tracking_enabled:
         check_tracking_uri(study.tracking_uri)  # before any run: fail fast
     if (backend or study.backend) == "ray":
@@ -235,16 +253,27 @@ def _run_locked(
 ) -> StudyReport:
     started = time.monotonic()
     store = ResultStore(study.output_dir)
-    _set_aside_damaged(study, store, echo)
-    tracker = StudyTracker(study.tracking_uri, study.name) if study.tracking_enabled else None
+    with writing("the damaged runs' files", store.root):
+        _set_aside_damaged(study, store, echo)
     plan = plan_study(study, store, force=force, rerun_failed=rerun_failed)
     report = StudyReport(study=study, plan=plan)
-    _write_study_file(study)
-    if tracker is not None:
-        tracker.start(study, _config_text(study), {"backend": backend, "workers": workers})
-        report.runs_address = tracker.runs_address()
-        # A run about to run again (set aside as damaged, or --force) keeps no FINISHED child.
-        logged, killed = tracker.reconcile(store, [r.run_key for r in plan.runs], rerun=[r.run_key for r in plan.todo])
+    with writing("study.json", store.root):
+        _write_study_file(study)
+    line = other_versions_line(store)
+    if line:
+        echo(line)
+    tracker = None
+    if study.tracking_enabled:
+        try:
+            tracker = StudyTracker(study.tracking_uri, study.name)
+            tracker.start(study, _config_text(study), {"backend": backend, "workers": workers})
+            report.runs_address = tracker.runs_address()
+            # A run about to run again (set aside as damaged, or --force) keeps no FINISHED child.
+            logged, killed = tracker.reconcile(store, [r.run_key for r in plan.runs], rerun=[r.run_key for r in plan.todo])
+        except Exception as exc:  # noqa: BLE001 - no run has started: one line, nothing to lose
+            raise TrackingError(f"tracking_uri {study.tracking_uri}: MLflow failed while starting study "
+                                f"{study.name!r} ({type(exc).__name__}: {one_line(exc)}); fix the store or use "
+                                "tracking_uri: none; no run started") from None
         if logged or killed:
             echo(f"mlflow: logged {logged} finished runs from the store, marked {killed} orphan or superseded runs KILLED")
 
@@ -268,6 +297,8 @@ def _run_locked(
         report.interrupted = True
     except ClusterGone as exc:
         report.cluster_gone = str(exc)
+    except OutputWriteError as exc:
+        report.write_error = str(exc)
     finally:
         close = getattr(outcomes, "close", None)
         if close is not None:
@@ -285,7 +316,7 @@ def _run_locked(
     if tracker is not None and not tracker.unreachable:
         try:
             tracker.reconcile(store, [r.run_key for r in plan.runs])
-            status = "KILLED" if report.interrupted or report.cluster_gone else (
+            status = "KILLED" if report.interrupted or report.cluster_gone or report.write_error else (
                 "FAILED" if report.exit_code else "FINISHED")
             tracker.end(status, {
                 "runs_finished_total": float(len(store.finished_keys() & {r.run_key for r in plan.runs})),
@@ -307,7 +338,12 @@ def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, 
         report.lost.append(outcome)
         return
     result = outcome.result
-    store.save(result)
+    try:
+        store.save(result)
+    except OSError as exc:  # a full disk: keep the finished run elsewhere, stop the study
+        if _keep_unsaved(result, store, report):
+            report.finished.append(result)
+        raise OutputWriteError(f"cannot write {store.root} ({reason(exc)})") from None
     (report.finished if result.ok else report.failed).append(result)
     if tracker is None:
         return
@@ -315,6 +351,20 @@ def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, 
         report.tracking_warnings.append(f"{result.spec.label}: worker could not log to mlflow; the driver did")
     records_file = store.records_path(result.spec.run_key) if result.ok else None
     report.tracking_warnings += tracker.deliver(result, outcome.hook_value, records_file)
+
+
+def _keep_unsaved(result: RunResult, store: ResultStore, report: StudyReport) -> bool:
+    """Write a finished result the store could not take into a folder elsewhere, named in
+    `report`; whether it was kept."""
+    label = f"{result.spec.label} [{result.spec.run_key}]"
+    if not result.ok:
+        report.kept_elsewhere = f"{label} failed and was not stored; it runs again"
+        return False
+    folder, why = keep_elsewhere(report.study.name, lambda root: ResultStore(root).save(result))
+    report.kept_elsewhere = (f"finished run {label} is kept in {folder}: move {folder / 'runs'}/* into "
+                             f"{store.runs_dir}/" if folder is not None else
+                             f"finished run {label} could not be kept anywhere ({why}); it runs again")
+    return folder is not None
 
 
 def _config_text(study: StudySpec) -> str:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from wdrbo_dist import __version__
 from wdrbo_dist.mlflow_views import comparison_view, study_view, ui_address
 from wdrbo_dist.tracking.connection import (
-    BATCH, FAILED, FINISHED, chunks, find_parent_run, mlflow_client, save_view, search_all,
+    BATCH, FAILED, FINISHED, apply_client_settings, chunks, find_parent_run, mlflow_client, save_view, search_all,
+    server_answers,
 )
 
 if TYPE_CHECKING:
@@ -25,6 +26,10 @@ AGGREGATE_ROLE = "aggregate"
 
 class MlflowUnavailable(RuntimeError):
     """The study has no MLflow experiment or parent run to attach the report to."""
+
+
+class MlflowDown(RuntimeError):
+    """The tracking server does not answer; one line naming it."""
 
 
 def log_report(uri: str, study_name: str, dashboard: Path, cells: Iterable["AggregateCell"]) -> dict[str, Any]:
@@ -39,6 +44,10 @@ def log_report(uri: str, study_name: str, dashboard: Path, cells: Iterable["Aggr
     if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).is_file():
         # Opening a missing sqlite store would create an empty one, for nothing.
         raise MlflowUnavailable(f"no MLflow database at {uri[len('sqlite:///'):]}")
+    # As `run` does: one probe first, then MLflow's HTTP retries cut to seconds (not 4 minutes).
+    apply_client_settings()
+    if uri.startswith(("http://", "https://")) and not server_answers(uri, timeout_s=5.0):
+        raise MlflowDown(f"no MLflow server answers at {uri}")
     client = mlflow_client(uri)
     experiment = client.get_experiment_by_name(study_name)
     if experiment is None or experiment.lifecycle_stage != "active":

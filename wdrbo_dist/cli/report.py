@@ -46,6 +46,24 @@ def _study(path: str):
         raise UsageError(f"{path}: {exc}") from None
 
 
+def _check_dashboards(folder: str) -> None:
+    from wdrbo_dist.output_folder import FolderUnusable, check_folder
+
+    try:
+        check_folder(folder, "--dashboards")
+    except FolderUnusable as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _dashboard_write_failed(exc: OSError, folder: Path) -> int:
+    """A write into the dashboard folder failed during work (a full disk): one line, exit 74."""
+    from wdrbo_dist.output_folder import EXIT_IO_ERROR, reason
+
+    print(f"error: cannot write {exc.filename or folder} ({reason(exc)}); the "
+          f"study's store is untouched: free space and run the same command again", file=sys.stderr)
+    return EXIT_IO_ERROR
+
+
 def _load_data(args: argparse.Namespace):
     """The study of `config` (with `--compare`'s drawn beside it when that is the other
     profile), and the two studies of the comparison page (None without `--compare`)."""
@@ -54,6 +72,7 @@ def _load_data(args: argparse.Namespace):
     if args.metric not in METRICS:
         raise UsageError(f"--metric must be one of {', '.join(METRICS)}, got {args.metric!r}")
     metric = Metric(column=args.metric, include_initial=not args.exclude_initial)
+    _check_dashboards(args.dashboards)
     study = _study(args.config)
     other = _study(args.compare) if args.compare else None
     beside = other is not None and bool(study.fidelity) and bool(other.fidelity) and study.fidelity != other.fidelity
@@ -80,7 +99,10 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
     study, data, pair = _load_data(args)
     folder = study_folder(Path(args.dashboards), study.name)
-    tables, files = summarize(data, folder)
+    try:
+        tables, files = summarize(data, folder)
+    except OSError as exc:
+        return _dashboard_write_failed(exc, folder)
     print(main_table_text(data, tables))
     print(f"tables: {files.summary} and {len(files.tables)} files in {files.folder / 'tables'}")
     if pair is not None:
@@ -90,12 +112,15 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from wdrbo_dist.analysis.report import aggregate_cells, build_report, main_table_text, study_folder
-    from wdrbo_dist.analysis.mlflow_report import MlflowUnavailable, log_report
+    from wdrbo_dist.analysis.mlflow_report import MlflowDown, MlflowUnavailable, log_report
 
     study, data, pair = _load_data(args)
     folder = study_folder(Path(args.dashboards), study.name)
     source = args.config  # as the user named it: no machine path on the page
-    tables, files = build_report(data, folder, source=source)
+    try:
+        tables, files = build_report(data, folder, source=source)
+    except OSError as exc:
+        return _dashboard_write_failed(exc, folder)
     print(main_table_text(data, tables))
     if pair is not None:  # inside the dashboard folder: MLflow keeps it with the dashboard
         _write_comparison(args, study, pair, page=True)
@@ -112,6 +137,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             ids = log_report(study.tracking_uri, study.name, files.folder, cells)
         except MlflowUnavailable as exc:
             print(f"MLflow: {exc}; nothing logged", file=sys.stderr)
+        except MlflowDown as exc:
+            print(f"MLflow: {exc}; the dashboard is written, nothing logged: run `report` again once it answers",
+                  file=sys.stderr)
+            status = 1
         except Exception as exc:  # noqa: BLE001 - the dashboard is written; say why MLflow is not
             message = " ".join(str(exc).split())[:300]
             print(f"MLflow: logging to {study.tracking_uri} failed: {type(exc).__name__}: {message}", file=sys.stderr)

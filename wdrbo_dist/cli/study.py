@@ -71,6 +71,13 @@ def report_lines(report: "StudyReport") -> list[str]:
     if report.cluster_gone:
         out.append(f"cluster gone: {report.cluster_gone}; {report.not_done} runs not done, every finished run "
                    f"is in the store; run the same command again when the cluster is back (exit {EXIT_UNAVAILABLE})")
+    elif report.write_error:
+        from wdrbo_dist.output_folder import EXIT_IO_ERROR
+
+        out.append(f"output folder not writable: {report.write_error}; the runs in flight were cancelled, "
+                   f"{report.not_done} runs not done, every run stored before is kept"
+                   f"{'; ' + report.kept_elsewhere if report.kept_elsewhere else ''}; "
+                   f"free space and run the same command again (exit {EXIT_IO_ERROR})")
     elif report.interrupted:
         out.append(f"interrupted: {report.not_done} runs not done; run the same command again to finish them")
     for outcome in report.lost:
@@ -102,6 +109,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--address applies to the ray backend only (backend is {backend}); add --backend ray")
     from wdrbo_dist.backends.ray_backend import ClusterUnreachable
     from wdrbo_dist.folder_lock import FolderInUse
+    from wdrbo_dist.output_folder import EXIT_IO_ERROR, FolderUnusable, OtherStudy, OutputWriteError, check_folder
     from wdrbo_dist.study import run_study
     from wdrbo_dist.tracking.connection import TrackingError
 
@@ -111,17 +119,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     libraries = (("mlflow",) if study.tracking_enabled else ()) + (("ray",) if backend == "ray" else ())
     try:
+        check_folder(study.output_dir)  # before the log file goes there
         with library_logs_to(log_file(study.output_dir, "run"), libraries) as log:
             report = run_study(
                 study, backend=backend, workers=args.workers, address=args.address,
                 force=args.force, rerun_failed=args.rerun_failed, echo=_stderr, ctrl_c=CtrlC(),
                 progress=None if args.quiet else (lambda tasks: Progress(tasks, True, _stderr)),
             )
-    except (TrackingError, ClusterUnreachable) as exc:
+    except (TrackingError, ClusterUnreachable, FolderUnusable, OtherStudy) as exc:
         raise UsageError(str(exc)) from None
     except FolderInUse as exc:
         print(f"wdrbo-dist run: error: {exc}", file=sys.stderr)
         return EXIT_IN_USE
+    except OutputWriteError as exc:
+        print(f"wdrbo-dist run: error: {exc}; no run started; free space and run again", file=sys.stderr)
+        return EXIT_IO_ERROR
     for line in report_lines(report):
         print(line, flush=True)
     mention(log)
@@ -155,7 +167,7 @@ def status_matrix(study) -> list[str]:
     d, f, m = status.totals
     lines.append(f"total: {d} done, {f} failed, {m} missing of {len(study.runs)}")
     lines.extend(f"{line} (counted missing; `run` sets it aside and runs it again)" for line in status.damaged)
-    return lines
+    return lines + [line for line in status.notes if line]
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -84,7 +84,7 @@ def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
         try:
             mlflow_client(uri).search_experiments(max_results=1)
         except Exception as exc:  # noqa: BLE001 - any failure here means "unusable store"
-            raise TrackingError(f"tracking_uri {uri}: cannot open the sqlite store: {_one_line(exc)}") from None
+            raise TrackingError(f"tracking_uri {uri}: cannot open the sqlite store: {one_line(exc)}") from None
         return
     if uri.startswith(("http://", "https://")):
         import requests
@@ -104,7 +104,7 @@ def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
     raise TrackingError(f"tracking_uri {uri}: unsupported; use sqlite:///PATH or http(s)://HOST:PORT")
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
