@@ -182,3 +182,23 @@ def test_a_second_study_in_the_same_output_folder_is_refused_with_one_line(tmp_p
     assert json.loads((out / "study.json").read_text())["name"] == "disk"
     assert main(["status", str(second)]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == f"note: {line}"
+
+
+def test_an_unusable_dashboards_folder_is_one_line_before_work_and_a_full_one_exit_74(tmp_path, capsys):
+    out = tmp_path / "out"
+    study = config(tmp_path, out, seeds=[1])
+    assert main(["run", str(study), "--quiet"]) == 0
+    capsys.readouterr()
+    (tmp_path / "afile").write_text("x")
+    assert main(["report", str(study), "--no-mlflow", "--dashboards", str(tmp_path / "afile")]) == 2
+    assert error_lines(capsys) == [f"wdrbo-dist report: error: --dashboards {tmp_path}/afile: is a file, not a "
+                                   "folder; name a folder"]
+    disk = tmp_path / "disk"
+    with mounted(disk) as real:
+        if not real:
+            pytest.skip("no tmpfs here")
+        fill(disk, leave_bytes=0)
+        assert main(["report", str(study), "--no-mlflow", "--dashboards", str(disk / "dash")]) == 74
+        [line] = error_lines(capsys)
+    assert line.startswith(f"wdrbo-dist report: error: cannot write {disk}/dash/disk") and line.endswith(
+        "(No space left on device); the study's store is untouched: free space and run the same command again")

@@ -55,11 +55,11 @@ def _check_dashboards(folder: str) -> None:
         raise UsageError(str(exc)) from None
 
 
-def _dashboard_write_failed(exc: OSError, folder: Path) -> int:
+def _dashboard_write_failed(exc: OSError, folder: Path, command: str) -> int:
     """A write into the dashboard folder failed during work (a full disk): one line, exit 74."""
     from wdrbo_dist.output_folder import EXIT_IO_ERROR, reason
 
-    print(f"error: cannot write {exc.filename or folder} ({reason(exc)}); the "
+    print(f"wdrbo-dist {command}: error: cannot write {exc.filename or folder} ({reason(exc)}); the "
           f"study's store is untouched: free space and run the same command again", file=sys.stderr)
     return EXIT_IO_ERROR
 
@@ -102,7 +102,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
     try:
         tables, files = summarize(data, folder)
     except OSError as exc:
-        return _dashboard_write_failed(exc, folder)
+        return _dashboard_write_failed(exc, folder, "summarize")
     print(main_table_text(data, tables))
     print(f"tables: {files.summary} and {len(files.tables)} files in {files.folder / 'tables'}")
     if pair is not None:
@@ -120,7 +120,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     try:
         tables, files = build_report(data, folder, source=source)
     except OSError as exc:
-        return _dashboard_write_failed(exc, folder)
+        return _dashboard_write_failed(exc, folder, "report")
     print(main_table_text(data, tables))
     if pair is not None:  # inside the dashboard folder: MLflow keeps it with the dashboard
         _write_comparison(args, study, pair, page=True)
