@@ -202,3 +202,15 @@ def test_an_unusable_dashboards_folder_is_one_line_before_work_and_a_full_one_ex
         [line] = error_lines(capsys)
     assert line.startswith(f"wdrbo-dist report: error: cannot write {disk}/dash/disk") and line.endswith(
         "(No space left on device); the study's store is untouched: free space and run the same command again")
+
+
+def test_a_disk_full_before_the_first_run_is_one_line_and_exit_74(tmp_path, capsys):
+    disk = tmp_path / "disk"
+    with mounted(disk) as real:
+        if not real:
+            pytest.skip("no tmpfs here")
+        fill(disk, leave_bytes=0)
+        assert main(["run", str(config(tmp_path, disk / "out")), "--quiet"]) == 74
+        lines = error_lines(capsys)
+    assert lines == [f"wdrbo-dist run: error: cannot write study.json in {disk}/out (No space left on device); "
+                     "no run started; free space and run again"]
