@@ -41,8 +41,8 @@ ON_PURPOSE = {
     ("acquisition/mmd_minimax_kernel.py", "minimax_step"):
         "the minimax's compiled Adam closed form takes the compiled pair kernel's CPU tensors only",
     ("acquisition/drbo_kde.py", "_solved"): "DRBO-KDE's LP route (drbokde_closed_form: false) is solved on the CPU",
-    ("models/compiled_ucb.py", "host_arrays"): "the compiled Adam step (adam_pass) is built for CPU tensors only",
-    ("models/compiled_ucb.py", "value_and_gradient"): "the compiled Adam step (adam_pass) runs on CPU tensors only",
+    ("models/compiled_ucb.py", "host_arrays"): "the compiled Adam step (NumericalSettings.adam_pass) is built for CPU tensors only",
+    ("models/compiled_ucb.py", "value_and_gradient"): "the compiled Adam step (NumericalSettings.adam_pass) runs on CPU tensors only",
     ("models/compiled_pairs.py", "values"): "the compiled pair kernel's forward pass runs on CPU tensors only",
     ("models/compiled_pairs.py", "gradient"): "the compiled pair kernel's backward pass runs on CPU tensors only",
     ("models/compiled_pairs.py", "minimum_values"): "the compiled minimum over fresh contexts runs on CPU tensors only",

@@ -1,6 +1,6 @@
 """Adding a problem and an algorithm takes what the README's "Adding a problem" and "Adding an
 algorithm" say, and nothing else: a class each, registered; a study, `summarize` and `report`
-then work with them."""
+then work with them. A new option is one declaration in its algorithm's file, and its test."""
 
 from __future__ import annotations
 
@@ -117,3 +117,48 @@ def test_a_problem_without_a_required_constant_is_refused_when_registered() -> N
     with pytest.raises(TypeError, match="NoOptimum does not declare optimal_value, optimal_x, reference_optimal_value"):
         register_problem(NoOptimum)
     assert "no-optimum" not in PROBLEMS
+
+
+def test_a_new_science_option_is_one_declaration_in_its_algorithms_file(monkeypatch, capsys) -> None:
+    """What a new option costs: its entry in the algorithm's OPTIONS and its use in the same class
+    (patched in here, as an edit of acquisition/wdrbo.py would add them), and this test. The
+    listing, the checks of configs and runs, and the resolved options a run returns (and the
+    store and MLflow keep) follow from the declaration: no edit of run.py, config.py, the CLI or
+    the GP. Numerical routes are no options (wdrbo_dist/settings.py: NumericalSettings)."""
+    from wdrbo_dist.acquisition.options import Option
+    from wdrbo_dist.acquisition.wdrbo import WDRBO
+    from wdrbo_dist.run import RunSpec, run_one, validate_spec
+
+    declared = Option(1.0, 2.0, "eps_n multiplied by this")
+    monkeypatch.setattr(WDRBO, "OPTIONS", {**WDRBO.OPTIONS, "radius_factor": declared})
+    radius = WDRBO.radius
+    monkeypatch.setattr(WDRBO, "radius", lambda self, n: float(self.options["radius_factor"]) * radius(self, n))
+    assert main(["list"]) == 0
+    assert "radius_factor (paper: 1.0, reference: 2.0); eps_n multiplied by this" in capsys.readouterr().out
+    spec = RunSpec.make(options={"radius_factor": 0.0, "raw_samples": 32, "num_restarts": 2}, algorithm="wdrbo",
+                        problem="newsvendor", seed=1, evaluations=7, init_size=5)
+    result = run_one(spec, capture_errors=False)
+    assert result.options["radius_factor"] == 0.0
+    assert (result.records.loc[~result.records["is_initial"], "radius"] == 0.0).all()
+    assert WDRBO.resolve_options("reference", {})["radius_factor"] == 2.0
+    with pytest.raises(ValueError, match="option 'radius_factor' of algorithm 'wdrbo' must be a finite number"):
+        validate_spec(RunSpec.make(options={"radius_factor": "big"}, algorithm="wdrbo", problem="newsvendor", seed=1))
+
+
+def test_the_listing_shows_science_options_only_and_a_route_is_refused_with_the_allowed_ones(capsys, tmp_path) -> None:
+    """At most 25 options over all algorithms, each with both profiles' defaults and a line of
+    what it does; a numerical route passed as an option is the usual one-line error (exit 2)."""
+    from dataclasses import fields
+
+    from wdrbo_dist.settings import NumericalSettings
+
+    names = {name for entry in ALGORITHMS.values() for name in entry.declared_options()}
+    assert len(names) <= 25, sorted(names)
+    assert not names & {field.name for field in fields(NumericalSettings)}
+    assert all(option.note for entry in ALGORITHMS.values() for option in entry.declared_options().values())
+    code = main(["run-one", "--algorithm", "erbo", "--problem", "ackley", "--seed", "1", "--evaluations", "6",
+                 "--init-size", "5", "--quiet", "--option", "adam_pass=torch", "--out", str(tmp_path / "r.parquet")])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "wdrbo-dist run-one: error: unknown option 'adam_pass' for algorithm 'erbo'; "
+        "allowed: adam_projected, batch_limit, beta, num_restarts, raw_samples")

@@ -19,7 +19,7 @@ import wdrbo_dist
 PACKAGE = Path(wdrbo_dist.__file__).parent
 
 LAYERS: list[set[str]] = [
-    {"__init__", "threads", "allocator", "records", "data", "backend_names", "atomic", "folder_lock"},
+    {"__init__", "threads", "allocator", "records", "data", "backend_names", "atomic", "folder_lock", "settings"},
     {"models", "problems"},
     {"acquisition"},
     {"algorithms"},

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from wdrbo_dist import __version__
 from wdrbo_dist.records import NO_TELEMETRY, SUMMED_COLUMNS, Step, records_from_steps
+from wdrbo_dist.settings import NumericalSettings
 
 OptionValue = bool | int | float | str
 
@@ -227,6 +228,7 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
     from wdrbo_dist.problems import make_problem
 
     device = torch.device(spec.device)
+    numerics = NumericalSettings.for_run(spec.device, spec.fidelity)  # the run's routes, made once
     problem = make_problem(spec.problem, spec.fidelity)
     algorithm = make_algorithm(spec.algorithm, problem, spec.fidelity, options)
     gens = make_generators(spec.seed)
@@ -279,13 +281,7 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
         else:
             inputs = torch.cat([state.x, state.context], dim=-1) if algorithm.uses_context else state.x
             t = time.perf_counter()
-            model, fit = fit_gp(inputs.to(device), state.y.to(device), gens["algorithm"],
-                                context_basis=bool(algorithm.options["context_basis"]),
-                                context_forms=bool(algorithm.options["context_forms"]),
-                                basis_tolerance=float(algorithm.options["basis_tolerance"]),
-                                region_tolerance=float(algorithm.options["region_tolerance"]),
-                                forms_in_one_product=algorithm.options["basis_forms"] == "one_product",
-                                compiled_objective=algorithm.options["gp_objective"] == "compiled")
+            model, fit = fit_gp(inputs.to(device), state.y.to(device), gens["algorithm"], numerics)
             time_fit = time.perf_counter() - t
             t = time.perf_counter()
             acquisition = algorithm.acquisition(model, state, gens["algorithm"])

@@ -1,4 +1,4 @@
-"""The compiled Adam step (option `adam_pass`, models/compiled_ucb.py and compiled_pairs.py) of the acquisitions that
+"""The compiled Adam step (NumericalSettings.adam_pass, models/compiled_ucb.py and compiled_pairs.py) of the acquisitions that
 are a weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO (ERBO, WDRBO, SBO-KDE), and
 of those that are another function of the UCB at every (candidate, context) pair (DRBO-KDE,
 DRBO-MMD and its minimax, StableOpt's minimum over fresh contexts). It computes torch's values and
@@ -6,9 +6,12 @@ gradients to rounding, on the basis route and on V = I."""
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 import torch
 
+from tests.support.routes import PAIRS, with_routes
 from wdrbo_dist.acquisition.drbo_kde import DRBOKDE
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
@@ -23,18 +26,25 @@ from wdrbo_dist.problems import make_problem
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
 from wdrbo_dist.models.compiled_pairs import CompiledPairs
 from wdrbo_dist.models.compiled_ucb import CompiledUCB
+from wdrbo_dist.settings import NumericalSettings
 
 from test_wdrbo import _state_and_model
 
 
-def _paper_acquisitions(problem_name: str, n: int, options: list[dict], algorithm=WDRBO, context_basis: bool = False):
+ROUTES = {field.name for field in fields(NumericalSettings)}
+
+
+def _paper_acquisitions(problem_name: str, n: int, variants: list[dict], algorithm=WDRBO, context_basis: bool = False):
+    """One paper-profile acquisition per variant: its routes (NumericalSettings fields) on the
+    model's settings, the rest as algorithm options."""
     problem, state, model = _state_and_model(problem_name, n=n)
-    model.context_basis = context_basis  # the route a run's model takes for context sets (both profiles: on)
     acquisitions = []
-    for extra in options:
-        algo = algorithm(problem, "paper", extra)
+    for extra in variants:
+        routes = {name: value for name, value in extra.items() if name in ROUTES}
+        algo = algorithm(problem, "paper", {name: value for name, value in extra.items() if name not in ROUTES})
         algo.setup(state, torch.Generator().manual_seed(1))
-        acquisitions.append(algo.acquisition(model, state, torch.Generator().manual_seed(2)))
+        on_routes = with_routes(model, context_basis=context_basis, **routes)
+        acquisitions.append(algo.acquisition(on_routes, state, torch.Generator().manual_seed(2)))
     return problem, acquisitions
 
 
@@ -122,8 +132,9 @@ def test_gp_ucbs_kernel_gives_torchs_posterior_ucb_and_autograds_gradient_to_rou
     problem = make_problem(problem_name)
     generator = torch.Generator().manual_seed(0)
     x = torch.rand(n, problem.dim_x, generator=generator, dtype=torch.float64)
-    model, _ = fit_gp(x, problem.observe(x, generator).y, generator)
-    variants = [GPUCB(problem, "paper", {"adam_pass": route}).acquisition(model, None, generator) for route in ("compiled", "torch")]
+    model, _ = fit_gp(x, problem.observe(x, generator).y, generator, PAIRS)
+    variants = [GPUCB(problem, "paper").acquisition(with_routes(model, adam_pass=route), None, generator)
+                for route in ("compiled", "torch")]
     compiled, torch_pass = variants
     assert compiled._compiled is not None and torch_pass._compiled is None
     candidates = torch.rand(10, problem.dim_x, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
@@ -147,10 +158,12 @@ def test_gp_ucbs_kernel_gives_torchs_posterior_ucb_and_autograds_gradient_to_rou
         assert torch.equal(compiled(many), torch_pass(many))  # the screening pass keeps torch's posterior
 
 
-def test_compiled_adam_pass_is_the_paper_default_and_falls_back_where_it_cannot_serve() -> None:
-    for algorithm in (WDRBO, ERBO, GPUCB, SBOKDE, DRBOKDE, DRBOMMDMinimax, StableOpt):
-        assert algorithm.resolve_options("paper", {})["adam_pass"] == "compiled"
-        assert algorithm.resolve_options("reference", {})["adam_pass"] == "torch"
+def test_compiled_adam_pass_is_the_cpus_route_and_falls_back_where_it_cannot_serve() -> None:
+    assert NumericalSettings.for_run("cpu", "paper").adam_pass == "compiled"
+    assert NumericalSettings.for_run("cpu", "reference").adam_pass == "torch"  # a legacy route
+    assert NumericalSettings.for_run("cuda", "paper").adam_pass == "torch"
+    for algorithm in (WDRBO, ERBO, GPUCB, SBOKDE, DRBOKDE, DRBOMMD, DRBOMMDMinimax, StableOpt):
+        assert "adam_pass" not in algorithm.declared_options()
     # The autograd x-gradient of L(x) keeps torch's pass.
     _, (autograd,) = _paper_acquisitions("ackley", 40, [{"wdrbo_L_gradient": "autograd"}])
     assert autograd._compiled is None
@@ -191,7 +204,7 @@ def test_the_sample_kernels_built_from_their_features_have_the_arguments_of_thei
     """SBO-KDE's mean kernel and the pair kernel of fixed contexts (DRBO-KDE's samples, the MMD
     grids), from features whose basis route was or was not taken."""
     problem, state, model = _state_and_model(problem_name, n=40)
-    model.context_basis = True
+    model = with_routes(model, context_basis=True)
     contexts = torch.rand(512, problem.dim_c, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     weights = contexts.new_full((512,), 1.0 / 512)
     sample_average = SampleAverageUCB(model, contexts, 1.5, compiled=True)
@@ -237,16 +250,15 @@ def test_compiled_pairs_agree_with_torch(algorithm, problem_name: str, n: int, i
 
 @pytest.mark.parametrize("algorithm", [SBOKDE, DRBOKDE, DRBOMMDMinimax])
 def test_the_cut_basis_on_two_context_dimensions_moves_values_and_gradients_by_rounding_only(algorithm) -> None:
-    """Option `basis_tolerance` (paper: 1e-9): on two context dimensions at n = 99 numpy's rank
+    """NumericalSettings.basis_tolerance (CPU: 1e-9): on two context dimensions at n = 99 numpy's rank
     cut keeps ~70 of 99 vectors; the cut keeps 15 or more fewer, and the kernels' values and
     x-gradients move by less than 1e-6 (their scale: ~1; the variances move by ~5e-8)."""
-    problem, state, model = _state_and_model("modified-branin", n=99)
-    model.context_basis = True
+    problem, state, fitted = _state_and_model("modified-branin", n=99)
     ranks, values = [], []
     x = torch.rand(10, problem.dim_x, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
     for tolerance in (0.0, 1e-9):
-        model.basis_tolerance = tolerance  # as `fit_gp` sets it from the option
-        algo = algorithm(problem, "paper", {"basis_tolerance": tolerance})
+        model = with_routes(fitted, context_basis=True, basis_tolerance=tolerance)
+        algo = algorithm(problem, "paper")
         algo.setup(state, torch.Generator().manual_seed(1))
         acquisition = algo.acquisition(model, state, torch.Generator().manual_seed(2))
         kernel = _pair_kernel(acquisition)
@@ -266,7 +278,7 @@ def test_compiled_fresh_pairs_take_the_region_basis_only_where_it_spans_the_cont
     here): the kernel then takes V = I, and the values stay torch's to ~1e-14 (the region's
     projection would part from them by ~1e-11)."""
     problem, state, model = _state_and_model("ackley", n=40)
-    model.context_basis = True
+    model = with_routes(model, context_basis=True)
     box = problem.context_bounds.to(torch.float64)
     compiled, torch_pass = FreshContextUCB(model, 1.5, box, compiled=True), FreshContextUCB(model, 1.5, box)
     assert compiled._compiled is not None and compiled._compiled.region is not None
@@ -278,7 +290,7 @@ def test_compiled_fresh_pairs_take_the_region_basis_only_where_it_spans_the_cont
 
 
 def test_the_minimax_backward_pass_over_nonzero_weights_gives_the_dense_gradient() -> None:
-    """Option `minimax_sparse_gradient`: d(value)/du is zero off w's support and the minimisers
+    """NumericalSettings.minimax_sparse_gradient: d(value)/du is zero off w's support and the minimisers
     (most of the grid), so the backward pass leaves those grid points out: the same gradient to
     rounding."""
     problem, (sparse, dense) = _paper_acquisitions("ackley", 45, [{}, {"minimax_sparse_gradient": False}],
@@ -293,7 +305,7 @@ def test_the_minimax_backward_pass_over_nonzero_weights_gives_the_dense_gradient
         gradients.append(torch.autograd.grad(acquisition(xr).sum(), xr)[0])
     assert gradients[0].abs().max() > 0
     assert torch.allclose(gradients[0], gradients[1], rtol=1e-11, atol=1e-13)
-    assert DRBOMMDMinimax.resolve_options("reference", {})["minimax_sparse_gradient"] is False
+    assert NumericalSettings.for_run("cpu", "reference").minimax_sparse_gradient is False  # a legacy route
 
 
 @pytest.mark.parametrize("project_parameter", [True, False])

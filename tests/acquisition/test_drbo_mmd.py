@@ -11,6 +11,7 @@ import pytest
 import torch
 from scipy.optimize import minimize
 
+from tests.support.routes import PAIRS
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD, MMDAcquisition, MMDWorstCase, drop_zero_cone_rows, gram_factor
 from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf, mmd_radius
@@ -27,7 +28,7 @@ def _state_and_model(problem_name: str = "ackley", n: int = 12, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(n, problem.dim_x, generator=g, dtype=T)
     obs = problem.observe(x, g)
-    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g)
+    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g, PAIRS)
     return problem, BOState(x, obs.context, obs.y), model
 
 
@@ -274,7 +275,7 @@ def test_algorithm_pickles_before_and_after_use_and_rebuilds_its_problem() -> No
     with torch.no_grad():
         before = acq(x)
     clone = pickle.loads(pickle.dumps(algo))
-    assert clone.program()._cvx is None  # CVXPY objects are rebuilt in the process that uses them
+    assert clone.program(model.settings)._cvx is None  # CVXPY objects are rebuilt in the process that uses them
     with torch.no_grad():
         after = clone.acquisition(model, state, torch.Generator())(x)
     assert torch.allclose(before, after, atol=1e-4)
@@ -285,7 +286,7 @@ def test_bad_choice_options_are_rejected_up_front() -> None:
     problem = make_problem("ackley")
     with pytest.raises(ValueError, match="mmd_solver"):
         DRBOMMD(problem, "paper", {"mmd_solver": "GUROBI"})
-    with pytest.raises(ValueError, match="mmd_factor"):
+    with pytest.raises(ValueError, match="unknown option 'mmd_factor'"):  # a route: NumericalSettings.mmd_factor
         DRBOMMD(problem, "paper", {"mmd_factor": "svd"})
     assert DRBOMMD(problem, "paper", {"mmd_solver": "clarabel"}).options["mmd_solver"] == "CLARABEL"
 

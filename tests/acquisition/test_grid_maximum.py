@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support.routes import PAIRS
 from wdrbo_dist.acquisition.base import Acquisition, BOState
 from wdrbo_dist.acquisition.optimize import maximize_acquisition
 from wdrbo_dist.algorithms import make_algorithm
@@ -33,7 +34,7 @@ def _acquisition(problem_name: str, algorithm: str, n: int, options: dict | None
     algo = make_algorithm(algorithm, problem, "paper", options)
     algo.setup(state, torch.Generator().manual_seed(1))
     inputs = torch.cat([x, state.context], -1) if algo.uses_context else x
-    model, _ = fit_gp(inputs, state.y, torch.Generator().manual_seed(2))
+    model, _ = fit_gp(inputs, state.y, torch.Generator().manual_seed(2), PAIRS)
     return algo.acquisition(model, state, torch.Generator().manual_seed(3)), algo
 
 

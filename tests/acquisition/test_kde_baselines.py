@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.routes import PAIRS
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.drbo_kde import (
     DRBOKDE,
@@ -26,7 +27,7 @@ def _state_and_model(problem_name: str = "ackley", n: int = 12, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(n, problem.dim_x, generator=g, dtype=torch.float64)
     obs = problem.observe(x, g)
-    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g)
+    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g, PAIRS)
     return problem, BOState(x, obs.context, obs.y), model
 
 

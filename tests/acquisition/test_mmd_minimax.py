@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.support.routes import PAIRS
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf
 from wdrbo_dist.acquisition.mmd_minimax import (
@@ -173,7 +174,7 @@ def test_profiles_and_the_acquisition_on_a_fitted_model() -> None:
     x = torch.rand(20, 2, generator=g, dtype=T)
     obs = problem.observe(x, g)
     state = BOState(x, obs.context, obs.y)
-    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g)
+    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g, PAIRS)
     candidates = torch.rand(512, 2, generator=torch.Generator().manual_seed(1), dtype=T)
     grid = context_grid(problem.context_bounds, 1024, diagonal=True)
     w = empirical_pmf(state.context, grid)

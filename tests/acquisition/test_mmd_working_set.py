@@ -3,12 +3,14 @@ small restricted conic programs, or no answer at all (the caller then solves the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from tests.support.routes import PAIRS, with_routes
 from wdrbo_dist.acquisition import mmd_working_set
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD, MMDWorstCase, gram_factor, tensor_grid_factor
@@ -16,6 +18,7 @@ from wdrbo_dist.acquisition.mmd_common import mmd_radius
 from wdrbo_dist.acquisition.mmd_working_set import SimplexConeProgram, WorkingSetSolver
 from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
+from wdrbo_dist.settings import NumericalSettings
 
 T = torch.float64
 
@@ -195,29 +198,28 @@ def test_ties_point_mass_centres_and_large_balls(radius: float, restricted_solve
         assert float(u @ p) == pytest.approx(float(u @ q), abs=1e-6)
 
 
-def test_profiles_and_option_checks() -> None:
+def test_the_routes_are_settings_and_the_solver_an_option() -> None:
     problem = make_problem("ackley")
-    for fidelity in ("paper", "reference"):  # a fast path, not a fidelity change (Project decision 4)
-        options = DRBOMMD(problem, fidelity).options
-        assert (options["mmd_solver"], options["mmd_working_set"], options["mmd_equilibrate"]) == ("CLARABEL", True, False)
-    with pytest.raises(ValueError, match="mmd_working_set.*CLARABEL"):
-        DRBOMMD(problem, "paper", {"mmd_working_set": True, "mmd_solver": "SCS"})
-    with pytest.raises(ValueError, match="mmd_working_set.*compiled"):
-        DRBOMMD(problem, "reference", {"mmd_working_set": True, "mmd_solve_path": "cvxpy"})
-    # Left unset, the working set gives way to a solver or path it cannot use, and equilibration
-    # follows the solver; the resolved options (what MLflow logs) say so.
-    scs = DRBOMMD(problem, "reference", {"mmd_solver": "SCS"})
-    assert (scs.options["mmd_working_set"], scs.options["mmd_equilibrate"]) == (False, True)
-    assert scs.program().working_set is False and scs.program().equilibrate is True
-    assert DRBOMMD(problem, "paper", {"mmd_solve_path": "cvxpy"}).options["mmd_working_set"] is False
-    explicit = DRBOMMD(problem, "paper", {"mmd_solver": "SCS", "mmd_equilibrate": False})
-    assert explicit.options["mmd_equilibrate"] is False
-    # 0.11.0: the paper profile solves the restricted programs with mmd_ipm.py, the reference
-    # profile keeps Clarabel (0.10.0's records)
-    assert DRBOMMD(problem, "paper").program()._working.restricted_solver == "compiled"
-    assert DRBOMMD(problem, "reference").program()._working.restricted_solver == "clarabel"
-    with pytest.raises(ValueError, match="mmd_restricted_solver.*must be one of compiled, clarabel, got 'fast'"):
-        DRBOMMD(problem, "paper", {"mmd_restricted_solver": "fast"})
+    paper, reference = (NumericalSettings.for_run("cpu", fidelity) for fidelity in ("paper", "reference"))
+    for fidelity, settings in (("paper", paper), ("reference", reference)):  # a fast path, not a fidelity change
+        algorithm = DRBOMMD(problem, fidelity)
+        assert algorithm.options["mmd_solver"] == "CLARABEL"
+        program = algorithm.program(settings)
+        assert (program.working_set, program.equilibrate) == (True, False)
+    for removed in ("mmd_working_set", "mmd_equilibrate", "mmd_solve_path", "mmd_restricted_solver", "mmd_warm_start"):
+        with pytest.raises(ValueError, match=f"unknown option '{removed}'"):
+            DRBOMMD(problem, "paper", {removed: True})
+    # The working set gives way to a solver or path it cannot use; equilibration left unset
+    # follows the solver.
+    scs = DRBOMMD(problem, "reference", {"mmd_solver": "SCS"}).program(reference)
+    assert scs.working_set is False and scs.equilibrate is True
+    assert DRBOMMD(problem, "paper").program(replace(paper, mmd_solve_path="cvxpy")).working_set is False
+    explicit = DRBOMMD(problem, "paper", {"mmd_solver": "SCS"}).program(replace(paper, mmd_equilibrate=False))
+    assert explicit.equilibrate is False
+    # The CPU solves the restricted programs with mmd_ipm.py; the reference profile keeps
+    # Clarabel (one of its legacy routes)
+    assert DRBOMMD(problem, "paper").program(paper)._working.restricted_solver == "compiled"
+    assert DRBOMMD(problem, "reference").program(reference)._working.restricted_solver == "clarabel"
 
 
 def test_acquisition_counts_programs_and_most_candidates_need_one() -> None:
@@ -225,10 +227,10 @@ def test_acquisition_counts_programs_and_most_candidates_need_one() -> None:
     g = torch.Generator().manual_seed(0)
     x = torch.rand(25, problem.dim_x, generator=g, dtype=T)
     obs = problem.observe(x, g)
-    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g)
+    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g, PAIRS)
     state = BOState(x, obs.context, obs.y)
     fast = DRBOMMD(problem, "paper").acquisition(model, state, torch.Generator())
-    full = DRBOMMD(problem, "paper", {"mmd_working_set": False}).acquisition(model, state, torch.Generator())
+    full = DRBOMMD(problem, "paper").acquisition(with_routes(model, mmd_working_set=False), state, torch.Generator())
     candidates = torch.rand(40, 2, generator=torch.Generator().manual_seed(1), dtype=T)
     with torch.no_grad():
         a, b = fast(candidates), full(candidates)
@@ -238,15 +240,14 @@ def test_acquisition_counts_programs_and_most_candidates_need_one() -> None:
     assert fast.program.complete_programs <= 4
 
 
-def test_scheduling_cost_follows_the_solve_the_options_choose() -> None:
+def test_scheduling_cost_follows_the_solver_the_options_choose() -> None:
     from wdrbo_dist.run import RunSpec
     from wdrbo_dist.study import expected_cost
 
     def cost(fidelity: str, **options: object) -> float:
         return expected_cost(RunSpec.make(algorithm="drbo-mmd", problem="ackley", seed=1, fidelity=fidelity, options=options))
 
-    assert cost("paper") < cost("reference") < cost("paper", mmd_working_set=False) < cost("reference", mmd_solver="SCS")
-    assert cost("paper", mmd_restricted_solver="clarabel") == cost("reference")  # the restricted programs' solver
+    assert cost("paper") == cost("reference") < cost("reference", mmd_solver="SCS")  # SCS: no working set
 
 
 def test_thin_qr_is_numpys_qr_to_the_bit() -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.support.routes import PAIRS, with_routes
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.sobol import scrambled_sobol
 from wdrbo_dist.acquisition.stableopt import StableOpt, stable_box
 from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
+from wdrbo_dist.settings import NumericalSettings
 
 T = torch.float64
 
@@ -19,7 +21,7 @@ def _state_and_model(problem_name: str = "modified-branin", n: int = 12, seed: i
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(n, problem.dim_x, generator=g, dtype=T)
     obs = problem.observe(x, g)
-    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g)
+    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g, PAIRS)
     return problem, BOState(x, obs.context, obs.y), model
 
 
@@ -50,12 +52,12 @@ def test_box_helper_and_switch_override() -> None:
 def test_value_is_the_min_ucb_over_the_calls_points_and_the_gradient_is_at_the_argmin(
     compiled_gradient: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Option `stable_compiled_gradient` (paper profile): the pair kernel gives the minimum and its
+    """NumericalSettings.stable_compiled_gradient (on the CPU): the pair kernel gives the minimum and its
     x-gradient at the minimising contexts, without torch's recomputation there; off, torch's
     posterior and autograd give them. The same values and gradients to rounding."""
     problem, state, model = _state_and_model()
-    acq = StableOpt(problem, "paper", {"stable_compiled_gradient": compiled_gradient}).acquisition(
-        model, state, torch.Generator().manual_seed(3))
+    acq = StableOpt(problem, "paper").acquisition(
+        with_routes(model, stable_compiled_gradient=compiled_gradient), state, torch.Generator().manual_seed(3))
     replay = torch.Generator().manual_seed(3)
     box = stable_box(state.context, 1.0, sign_bug=False)
     points = box[0] + (box[1] - box[0]) * scrambled_sobol(1024, 2, replay)
@@ -77,9 +79,10 @@ def test_value_is_the_min_ucb_over_the_calls_points_and_the_gradient_is_at_the_a
     assert torch.allclose(grad, expected_grad, atol=1e-10)
 
 
-def test_the_kernel_gradient_is_the_paper_profile_s() -> None:
-    assert StableOpt.resolve_options("paper", {})["stable_compiled_gradient"] is True
-    assert StableOpt.resolve_options("reference", {})["stable_compiled_gradient"] is False
+def test_the_kernel_gradient_is_the_cpus_route_and_not_the_reference_profiles_legacy_one() -> None:
+    assert NumericalSettings.for_run("cpu", "paper").stable_compiled_gradient is True
+    assert NumericalSettings.for_run("cpu", "reference").stable_compiled_gradient is False
+    assert "stable_compiled_gradient" not in StableOpt.declared_options()
 
 
 def test_contexts_are_redrawn_at_every_call() -> None:

@@ -6,10 +6,12 @@ import math
 
 import torch
 
+from tests.support.routes import PAIRS, with_routes
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
 from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
+from wdrbo_dist.settings import NumericalSettings
 
 
 def _state_and_model(problem_name: str = "ackley", n: int = 12, seed: int = 0):
@@ -18,7 +20,7 @@ def _state_and_model(problem_name: str = "ackley", n: int = 12, seed: int = 0):
     x = torch.rand(n, problem.dim_x, generator=g, dtype=torch.float64)
     obs = problem.observe(x, g)
     state = BOState(x, obs.context, obs.y)
-    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g)
+    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g, PAIRS)
     return problem, state, model
 
 
@@ -75,20 +77,20 @@ def test_detached_lipschitz_term_adds_no_gradient() -> None:
 
 
 def test_closed_form_and_autograd_lipschitz_gradients_agree() -> None:
-    """Option `wdrbo_L_gradient`: the acquisition values and gradients agree to rounding."""
+    """NumericalSettings.wdrbo_L_gradient: the acquisition values and gradients agree to rounding."""
     problem, state, model = _state_and_model("modified-branin", n=20)
     x = torch.rand(6, 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
     values, grads = {}, {}
     for route in ("analytic", "autograd"):
-        algo = WDRBO(problem, "paper", {"wdrbo_L_gradient": route})
+        algo = WDRBO(problem, "paper")
         algo.setup(state, torch.Generator().manual_seed(1))
-        acq = algo.acquisition(model, state, torch.Generator().manual_seed(2))
+        acq = algo.acquisition(with_routes(model, wdrbo_L_gradient=route), state, torch.Generator().manual_seed(2))
         xr = x.clone().requires_grad_(True)
         values[route] = acq(xr)
         (grads[route],) = torch.autograd.grad(values[route].sum(), xr)
     assert torch.allclose(values["analytic"].detach(), values["autograd"].detach(), rtol=0, atol=1e-12)
     assert torch.allclose(grads["analytic"], grads["autograd"], rtol=1e-9, atol=1e-12)
-    assert WDRBO.resolve_options("paper", {})["wdrbo_L_gradient"] == "analytic"
+    assert NumericalSettings.for_run("cpu", "paper").wdrbo_L_gradient == "analytic"
 
 
 def test_erbo_is_wdrbo_at_radius_zero() -> None:
@@ -111,7 +113,7 @@ def test_general_setting_uses_the_given_centre_and_radius() -> None:
     x = torch.rand(10, 1, generator=g, dtype=torch.float64)
     obs = problem.observe(problem.decision_bounds[0] + 2 * x, g)
     state = BOState(x, obs.context, obs.y)
-    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g)
+    model, _ = fit_gp(torch.cat([x, obs.context], -1), obs.y, g, PAIRS)
     algo = WDRBO(problem, "paper")
     algo.setup(state, g)
     acq = algo.acquisition(model, state, g)

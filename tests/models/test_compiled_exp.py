@@ -1,4 +1,4 @@
-"""`exp_in_place`, the fresh-context kernels' polynomial exponential (option `fresh_exp`)."""
+"""`exp_in_place`, the fresh-context kernels' polynomial exponential (NumericalSettings.fresh_exp)."""
 
 from __future__ import annotations
 
@@ -29,13 +29,15 @@ def test_below_the_smallest_it_is_zero_where_libms_is_below_3e_308() -> None:
 
 
 @pytest.mark.parametrize("algorithm", ["stableopt", "drbo-kde"])
-def test_the_option_moves_a_run_by_rounding_only_at_first(algorithm: str) -> None:
+def test_the_route_moves_a_run_by_rounding_only_at_first(algorithm: str, monkeypatch) -> None:
+    from tests.support.routes import force_routes
     from wdrbo_dist.run import RunSpec, run_one
 
     records = {}
     for choice in ("libm", "polynomial"):
+        force_routes(monkeypatch, fresh_exp=choice)
         spec = RunSpec.make(algorithm=algorithm, problem="ackley", seed=3, evaluations=7, init_size=5,
-                            options={"fresh_exp": choice, "num_restarts": 2, "raw_samples": 32})
+                            options={"num_restarts": 2, "raw_samples": 32})
         result = run_one(spec, capture_errors=False)
         assert result.ok
         records[choice] = result.records

@@ -1,8 +1,10 @@
-"""The compiled MAP objective (option `gp_objective: compiled`) is NumPy's `MapObjective` to
+"""The compiled MAP objective (NumericalSettings.gp_objective `compiled`) is NumPy's `MapObjective` to
 rounding: the same value and gradient, the same failures, and a fit that lands on the same
 hyperparameters."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +13,7 @@ import torch
 from wdrbo_dist.models.compiled_fit import CompiledMapObjective
 from wdrbo_dist.models.fit import fit_gp, standardize
 from wdrbo_dist.models.map_objective import FAILED_OBJECTIVE, MapObjective, lengthscale_prior
+from wdrbo_dist.settings import CPU
 
 
 def _objectives(n: int, dim: int, seed: int) -> tuple[MapObjective, CompiledMapObjective]:
@@ -53,7 +56,7 @@ def test_a_fit_lands_on_numpys_hyperparameters() -> None:
     generator = torch.Generator().manual_seed(3)
     x = torch.rand(50, 3, generator=generator, dtype=torch.float64)
     y = torch.sin(6 * x).sum(-1) + 0.1 * torch.randn(50, generator=generator, dtype=torch.float64)
-    fits = [fit_gp(x, y, torch.Generator().manual_seed(0), compiled_objective=compiled) for compiled in (False, True)]
+    fits = [fit_gp(x, y, torch.Generator().manual_seed(0), replace(CPU, gp_objective=route)) for route in ("numpy", "compiled")]
     (numpy_model, numpy_report), (compiled_model, compiled_report) = fits
     assert compiled_report.converged and compiled_report.attempts == numpy_report.attempts
     assert compiled_report.neg_log_posterior == pytest.approx(numpy_report.neg_log_posterior, rel=1e-10)

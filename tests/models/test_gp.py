@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ from botorch.fit import fit_gpytorch_mll
 from botorch.models import SingleTaskGP
 from gpytorch.mlls import ExactMarginalLogLikelihood
 
+from tests.support.routes import PAIRS
 from wdrbo_dist.models.context_features import REGION_RESIDUAL_MAX, projected
 from wdrbo_dist.models.fit import fit_gp, standardize
 from wdrbo_dist.models.gp import GaussianProcess, context_gradient_jacobian
@@ -26,7 +29,7 @@ def _data(n: int, dim: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("n,dim", [(8, 2), (40, 3)])
 def test_fit_matches_botorch_single_task_gp(n: int, dim: int) -> None:
     x, y = _data(n, dim)
-    ours, report = fit_gp(x, y, torch.Generator().manual_seed(0))
+    ours, report = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     assert report.converged and report.attempts == 1
     y_std, _, _ = standardize(y)
     reference = SingleTaskGP(x, y_std.unsqueeze(-1))
@@ -97,7 +100,7 @@ def test_fit_respects_bounds_and_handles_constant_targets() -> None:
 
 def test_analytic_ucb_gradient_matches_autograd() -> None:
     x, y = _data(25, 3, seed=6)
-    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     z = torch.rand(40, 3, generator=torch.Generator().manual_seed(7), dtype=torch.float64, requires_grad=True)
     ucb, grad = model.ucb_and_gradient(z, beta=1.5, dims=slice(1, 3))
     (auto,) = torch.autograd.grad(model.ucb(z, 1.5).sum(), z)
@@ -111,7 +114,7 @@ def test_context_gradient_norm_has_the_direct_values_and_autograds_x_gradient(di
     """WDRBO's differentiated L(x): the values of `ucb_and_gradient`'s norm, and the closed-form
     x-gradient is the double backward through it, to rounding."""
     train, y = _data(30, dim_x + dim_c, seed=12)
-    model, _ = fit_gp(train, y, torch.Generator().manual_seed(0))
+    model, _ = fit_gp(train, y, torch.Generator().manual_seed(0), PAIRS)
     g = torch.Generator().manual_seed(13)
     x = torch.rand(9, dim_x, generator=g, dtype=torch.float64, requires_grad=True)
     contexts = torch.rand(9, dim_c, generator=g, dtype=torch.float64)
@@ -133,7 +136,7 @@ def test_context_gradient_norm_has_the_direct_values_and_autograds_x_gradient(di
 @pytest.mark.parametrize("dim_c", [1, 2])
 def test_pairwise_ucb_and_context_gradient_equal_the_direct_computation(dim_c: int) -> None:
     x, y = _data(40, 2 + dim_c, seed=8)
-    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     g = torch.Generator().manual_seed(9)
     cand = torch.rand(300, 2, generator=g, dtype=torch.float64)  # more than one chunk
     contexts = torch.rand(17, dim_c, generator=g, dtype=torch.float64)
@@ -148,7 +151,7 @@ def test_pairwise_ucb_and_context_gradient_equal_the_direct_computation(dim_c: i
 
 def test_detached_context_gradients_keep_values_and_the_value_gradient() -> None:
     x, y = _data(40, 3, seed=10)
-    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     g = torch.Generator().manual_seed(11)
     contexts, points = torch.rand(17, 1, generator=g, dtype=torch.float64), torch.rand(11, 1, generator=g, dtype=torch.float64)
     features = model.context_features(contexts, points)
@@ -165,7 +168,7 @@ def test_detached_context_gradients_keep_values_and_the_value_gradient() -> None
 
 def _on_basis(model: GaussianProcess) -> GaussianProcess:
     return GaussianProcess(model.train_x, model.train_y, model.lengthscale, model.noise, model.mean_constant,
-                           context_basis=True)
+                           settings=replace(PAIRS, context_basis=True))
 
 
 @pytest.mark.parametrize("dim_c", [1, 2])
@@ -175,7 +178,7 @@ def test_the_basis_route_gives_the_direct_values_and_gradients(dim_c: int, detac
     gradient in x are the direct computation's (a Cholesky solve per pair), and no further
     from it than the pairs route; the model takes it only where it costs less."""
     x, y = _data(60, 2 + dim_c, seed=13)
-    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     basis_model = _on_basis(pairs_model)
     g = torch.Generator().manual_seed(14)
     contexts = torch.rand(200, dim_c, generator=g, dtype=torch.float64)
@@ -209,15 +212,15 @@ def test_the_basis_route_gives_the_direct_values_and_gradients(dim_c: int, detac
 
 @pytest.mark.parametrize("gradient", [False, True])
 def test_the_forms_in_one_product_are_the_batched_forms_to_rounding(gradient: bool) -> None:
-    """Option `basis_forms: one_product`: every candidate's B_b from one product with V^T gives
+    """NumericalSettings.basis_forms `one_product`: every candidate's B_b from one product with V^T gives
     the batched products' forms and the UCB at every pair to ~1e-15 and its x-gradient to ~1e-13
     relative (not the same bits: a fidelity switch); the batched route keeps its bits."""
     x, y = _data(80, 3, seed=21)
-    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     batched = _on_basis(pairs_model)
     one_product = GaussianProcess(pairs_model.train_x, pairs_model.train_y, pairs_model.lengthscale,
-                                  pairs_model.noise, pairs_model.mean_constant, context_basis=True,
-                                  forms_in_one_product=True)
+                                  pairs_model.noise, pairs_model.mean_constant,
+                                  settings=replace(PAIRS, context_basis=True, basis_forms="one_product"))
     g = torch.Generator().manual_seed(22)
     contexts = torch.rand(300, 1, generator=g, dtype=torch.float64)
     cand = torch.rand(150, 2, generator=g, dtype=torch.float64)  # more than one chunk
@@ -255,7 +258,7 @@ def test_numerical_basis_spans_the_vectors_and_keeps_nothing_of_zero_vectors() -
 
 
 def test_a_relative_tolerance_cuts_the_basis_at_that_singular_value_and_no_lower_than_numpys() -> None:
-    """Option `basis_tolerance`: the singular vectors above sigma_1 * tolerance are kept, every
+    """NumericalSettings.basis_tolerance: the singular vectors above sigma_1 * tolerance are kept, every
     vector is then within sigma_{r+1} of the span; 0 (or a tolerance below numpy's) keeps
     numpy's rank, bit for bit."""
     g = torch.Generator().manual_seed(16)
@@ -291,7 +294,7 @@ def test_an_attempt_stopped_by_the_iteration_limit_is_not_retried_as_botorch_doe
             return Minimum(x=x0, fun=value, status=_status, nfev=1, nit=0)
 
         monkeypatch.setattr(fit, "minimize_lbfgsb", stopped)
-        _, report = fit.fit_gp(x, y, torch.Generator().manual_seed(1))
+        _, report = fit.fit_gp(x, y, torch.Generator().manual_seed(1), PAIRS)
         assert report.attempts == attempts
         assert report.converged == (status == 1)
 
@@ -306,7 +309,7 @@ def test_a_region_basis_spans_the_context_vectors_of_its_whole_box() -> None:
     """Contexts drawn anywhere in the box project onto the grid's basis exactly (to rounding),
     contexts outside it do not, and the route is off without `context_basis`."""
     x, y = _data(60, 3, seed=16)
-    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     box = torch.tensor([[0.7], [0.2]], dtype=torch.float64)  # bounds in either order
     assert pairs_model.region_basis(box) is None
     model = _on_basis(pairs_model)
@@ -324,7 +327,7 @@ def test_a_region_basis_spans_the_context_vectors_of_its_whole_box() -> None:
     assert model.ucb_in_region(cand, outside, region, 1.5) is None
     # two context dimensions on a wide box: the grid would exceed REGION_GRID_MAX points
     x2, y2 = _data(60, 4, seed=19)
-    wide = _on_basis(fit_gp(x2, y2, torch.Generator().manual_seed(0))[0])
+    wide = _on_basis(fit_gp(x2, y2, torch.Generator().manual_seed(0), PAIRS)[0])
     small = wide.lengthscale[2:].min().item()
     assert wide.region_basis(torch.tensor([[0.0, 0.0], [400 * small, 400 * small]], dtype=torch.float64)) is None
 
@@ -335,10 +338,11 @@ def test_a_region_basis_cut_at_the_tolerance_checks_projections_against_its_own_
     inside the box pass it (their vectors lie as near the span as the grid's), contexts
     beyond it do not, and the UCB moves by far less than the noise floor's sd (0.01)."""
     x, y = _data(80, 4, seed=22)
-    fitted, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    fitted, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     box = torch.tensor([[0.1, 0.1], [0.9, 0.9]], dtype=torch.float64)
     exact_model, cut_model = (GaussianProcess(fitted.train_x, fitted.train_y, fitted.lengthscale, fitted.noise,
-                                              fitted.mean_constant, context_basis=True, region_tolerance=tolerance)
+                                              fitted.mean_constant,
+                                              settings=replace(PAIRS, context_basis=True, region_tolerance=tolerance))
                               for tolerance in (0.0, 1e-9))
     exact, cut = exact_model.region_basis(box), cut_model.region_basis(box)
     assert exact is not None and cut is not None
@@ -365,7 +369,7 @@ def test_fresh_contexts_on_the_region_basis_give_the_direct_values_and_gradients
 
     assert 5 < DIRECT_MAX_BATCH < 200  # both routes
     x, y = _data(80, 3, seed=20)
-    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     box = torch.tensor([[0.1], [0.9]], dtype=torch.float64)
     g = torch.Generator().manual_seed(21)
     contexts = 0.1 + 0.8 * torch.rand(300, 1, generator=g, dtype=torch.float64)
@@ -387,14 +391,14 @@ def test_fresh_contexts_on_the_region_basis_give_the_direct_values_and_gradients
 
 def _with_forms(model: GaussianProcess, forms: bool) -> GaussianProcess:
     return GaussianProcess(model.train_x, model.train_y, model.lengthscale, model.noise, model.mean_constant,
-                           context_forms=forms)
+                           settings=replace(PAIRS, context_forms=forms))
 
 
 def test_quadratic_forms_have_the_batched_products_values_and_a_closed_form_gradient() -> None:
     """`quadratic_forms` with `context_forms`: the values of the batched product [b, n, n] and
     the x-gradient autograd takes through it, to rounding; torch's gradcheck agrees."""
     x, y = _data(30, 4, seed=30)
-    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     g = torch.Generator().manual_seed(31)
     k_x = torch.rand(7, 30, generator=g, dtype=torch.float64)
     k_c = torch.rand(50, 30, generator=g, dtype=torch.float64)
@@ -426,7 +430,7 @@ def test_the_forms_route_gives_the_pairs_values_and_gradients_from_min_points_on
     cand = torch.rand(candidates, 2, generator=g, dtype=torch.float64)
     for n in (FORMS_MIN_POINTS - 1, FORMS_MIN_POINTS + 12):
         x, y = _data(n, 4, seed=32)
-        pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+        pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
         forms_model = _with_forms(pairs_model, True)
         results = {}
         for model in (pairs_model, forms_model):
@@ -451,7 +455,7 @@ def test_the_forms_route_carries_context_gradients_taken_outside_autograd(dim_c:
     from wdrbo_dist.models.pair_routes import FORMS_MIN_POINTS
 
     x, y = _data(FORMS_MIN_POINTS + 12, 2 + dim_c, seed=34)
-    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    pairs_model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     forms_model = _with_forms(pairs_model, True)
     g = torch.Generator().manual_seed(35)
     contexts = torch.rand(40, dim_c, generator=g, dtype=torch.float64)
@@ -484,7 +488,7 @@ def test_values_without_autograd_are_the_autograd_routes_to_the_bit(basis: bool,
     tail: the same UCB values, bit for bit, as the differentiable route, chunk by chunk, on the
     pairs route and on the basis route."""
     x, y = _data(60, 3, seed=21)
-    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0))
+    model, _ = fit_gp(x, y, torch.Generator().manual_seed(0), PAIRS)
     if basis:
         model = _on_basis(model)
     contexts = torch.rand(300, 1, generator=torch.Generator().manual_seed(22), dtype=torch.float64)

@@ -71,59 +71,22 @@ def context_pairs(x: Tensor, contexts: Tensor) -> Tensor:
     return torch.cat([x.unsqueeze(1).expand(b, n, -1), contexts.unsqueeze(0).expand(b, n, -1)], dim=-1)
 
 
+# Options are science: the methods' hyperparameters and the published code's faults (the
+# profiles). How a number is computed is no option: wdrbo_dist/settings.py's NumericalSettings.
 COMMON_OPTIONS: dict[str, Option] = {
-    "beta": Option.same(1.5),  # the sigma multiplier of the UCB (spec 1.5)
+    "beta": Option.same(1.5, "the sigma multiplier of the UCB (spec 1.5)"),
     # spec 1.6: the paper profile clamps the Adam parameter into the box at every step; the
     # published code (BoTorch's gen_candidates_torch) evaluates a clamped copy and lets the
     # parameter itself leave the box.
-    "adam_projected": Option(True, False),
-    # The GP's route for a context set (models/pair_routes.py, `ucb_pairs`): a numerical basis of the
-    # context vectors wherever it needs fewer multiply-adds (as accurate, faster where the
-    # contexts are many), or always the n(n+1)/2 pair products and, for contexts drawn afresh,
-    # an [n, n] form per candidate. benchmarks/paired.py --preset context-basis compares them.
-    "context_basis": Option.same(True),
-    # The rank of that basis: the singular vectors above numpy's rank tolerance (sigma_1 * rows
-    # * eps, ~1e-13 sigma_1; `0`, the reference profile's) or above sigma_1 * this (the paper
-    # profile's). On two context dimensions the vectors' spectrum decays slowly and numpy's cut
-    # keeps 50-80 of 99; 1e-9 keeps 20-24 fewer and the variances are within ~5e-8 of a direct
-    # solve (numpy's cut: ~5e-12), far inside the noise floor (NOISE_MIN 1e-4: sigma >= ~0.01 at
-    # the data, where the UCB then moves by < 4e-6). benchmarks/routes.py accuracy measures
-    # that; benchmarks/paired.py --preset basis-tolerance / basis-cut runs the cuts over seeds.
-    "basis_tolerance": Option(1e-9, 0.0),
-    # The same cut for the basis of a box's fresh contexts (StableOpt's box, DRBO-KDE's m(x) box:
-    # `GaussianProcess.region_basis`), whose projections are then checked against the box grid's
-    # own residual: numpy's rank and a 1e-11 check (`0`, the reference profile's) or sigma_1 *
-    # this (the paper profile's). benchmarks/routes.py region measures the residuals.
-    "region_tolerance": Option(1e-9, 0.0),
-    # On that basis route, the candidates' forms B_b = (kx_b * V)^T K^{-1} (kx_b * V) of a torch
-    # call (the screening pass's 512 candidates): `batched`, one small [r, n] x [n, r] product
-    # per candidate (torch's bmm, slow per multiply-add: half the screening pass; the reference
-    # profile's), or `one_product`, V^T (kx_b * K^{-1} (kx_b * V)) for every candidate in one
-    # [r, n] x [n, c r] product (the paper profile's: the same values to ~1e-15, a screening
-    # call about 30 % faster). benchmarks/paired.py --preset basis-forms runs both over seeds.
-    "basis_forms": Option("one_product", "batched", choices=("one_product", "batched")),
-    # Where the basis route is not taken (two context dimensions, or early steps), a call with a
-    # few candidates (Adam's restarts) computes the variance at every pair as a quadratic form
-    # [n, n] per candidate with a closed-form gradient (models/pair_routes.py, `quadratic_forms`), not
-    # the n(n+1)/2 pair products and autograd (the paper profile's: the same values to
-    # rounding, faster at n >= 48, benchmarks/routes.py forms-step); WDRBO's context gradients
-    # at its Lipschitz points, taken outside autograd, go the same way. The reference profile
-    # keeps the pair products. benchmarks/paired.py --preset context-forms compares them.
-    "context_forms": Option(True, False),
-    # The GP fit's MAP objective and its gradient, ~50 evaluations per BO step: NumPy's
-    # (`numpy`, models/map_objective.py; the reference profile's) or two numba kernels
-    # around LAPACK (`compiled`, models/compiled_fit.py; the paper profile's: the same values to
-    # ~1e-13, a fit 3-5x cheaper). benchmarks/routes.py fit times both; benchmarks/paired.py
-    # --preset gp-objective compares them over seeds.
-    "gp_objective": Option("compiled", "numpy", choices=("compiled", "numpy")),
+    "adam_projected": Option(True, False, "Adam's parameter clamped into the box at every step (spec 1.6)"),
 }
 
 
 def _settings_options(settings: OptimizerSettings) -> dict[str, Option]:
     return {
-        "num_restarts": Option.same(settings.num_restarts),
-        "raw_samples": Option.same(settings.raw_samples),
-        "batch_limit": Option.same(settings.batch_limit),
+        "num_restarts": Option.same(settings.num_restarts, "Adam restarts from the best screened points"),
+        "raw_samples": Option.same(settings.raw_samples, "Sobol points screened for the restarts"),
+        "batch_limit": Option.same(settings.batch_limit, "candidates per acquisition call while screening"),
     }
 
 

@@ -1,7 +1,8 @@
 """The compiled Adam step (models/compiled_ucb.py, models/compiled_pairs.py) of the acquisitions
 that are a weighted mean UCB over fixed contexts, minus eps L(x) in WDRBO (ERBO, WDRBO, SBO-KDE),
 and of those that are another function of the UCB at fixed or fresh contexts (DRBO-KDE's KDE
-samples, DRBO-MMD's and the minimax's grids, StableOpt's box). Its option is declared here, once."""
+samples, DRBO-MMD's and the minimax's grids, StableOpt's box). The run's NumericalSettings
+(`adam_pass`) say whether an Adam step takes them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import TYPE_CHECKING, Callable, TypeVar
 
 from torch import Tensor
 
-from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.models.context_features import ContextFeatures, Region
 from wdrbo_dist.models.gp import GaussianProcess
 
@@ -17,23 +17,10 @@ if TYPE_CHECKING:
     from wdrbo_dist.models.compiled_pairs import CompiledFreshPairs, CompiledPairs
     from wdrbo_dist.models.compiled_ucb import CompiledPosteriorUCB, CompiledUCB
 
-# How an Adam step (a few candidates, CPU) gets the acquisition and its x-gradient: by torch's
-# autograd through the GP's routes, WDRBO's L(x) in the mean term's pass (`torch`, the
-# reference profile's), or (`compiled`, the paper profile's) the mean term, L(x) and their
-# closed-form x-gradients in one numba kernel (`CompiledUCB`), the UCB at every (candidate,
-# context) pair with the x-gradient of any function of them (`CompiledPairs`), or GP-UCB's
-# posterior UCB and its gradient (`CompiledPosteriorUCB`): the same values to rounding, an Adam
-# step 2-15x cheaper (benchmarks/routes.py adam-step; benchmarks/paired.py --preset adam-pass).
-# WDRBO's `compiled` needs wdrbo_L_gradient analytic.
-ADAM_PASS = Option("compiled", "torch", choices=("compiled", "torch"))
-
-# How the compiled kernels take the exponentials of contexts drawn afresh at every call
-# (StableOpt's box, DRBO-KDE's m(x) samples: 1,024 or more a call, one per training point each):
-# libm's exp, one call a value (`libm`, the reference profile's), or a polynomial within 1 ulp
-# of it in loops the compiler vectorises (`polynomial`, the paper profile's: about 3x faster per
-# value, ~10 % of a StableOpt or DRBO-KDE run; benchmarks/paired.py --preset fresh-exp).
-FRESH_EXP = Option("polynomial", "libm", choices=("polynomial", "libm"))
-
+# Whether an Adam step takes these kernels is the run's route (NumericalSettings.adam_pass,
+# `compiled` on the CPU): the acquisition and its closed-form x-gradient in one numba call, the
+# same values to rounding as torch's autograd through the GP's routes, an Adam step 2-15x cheaper
+# (benchmarks/routes.py adam-step). Fresh contexts' exponentials: NumericalSettings.fresh_exp.
 # The compiled pass serves calls of at most this many candidates (Adam's restarts); the
 # screening pass's hundreds keep torch's, whose products run at BLAS speed.
 COMPILED_MAX_BATCH = 16
@@ -121,7 +108,7 @@ class FixedContextUCB:
 def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Region | None,
                          polynomial_exp: bool = False) -> "CompiledFreshPairs | None":
     """The kernel's UCB [b, N] for contexts drawn afresh at every call (None off the CPU or
-    float64); `polynomial_exp`: option `fresh_exp: polynomial`."""
+    float64); `polynomial_exp`: NumericalSettings.fresh_exp `polynomial`."""
     from wdrbo_dist.models.compiled_pairs import CompiledFreshPairs
 
     return CompiledFreshPairs.build(model, beta, region, polynomial_exp)

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
-from wdrbo_dist.acquisition.compiled import ADAM_PASS, FRESH_EXP, FixedContextUCB
+from wdrbo_dist.acquisition.compiled import FixedContextUCB
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.acquisition.sobol import scrambled_sobol
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
@@ -42,9 +42,9 @@ from wdrbo_dist.models.gp import GaussianProcess
 # option `drbokde_closed_form=False` solves it per candidate) and the tests check the two agree.
 # Gradient as in the reference: through u only (m(x) and the sorted-weight mask are constants),
 # which is the LP's envelope gradient with (a*, b*) frozen. An Adam step's u comes from the
-# compiled pair kernel (option `adam_pass: compiled`, paper profile), its backward pass from
-# the sorted weights; m(x) from the fresh-context kernel, its exponentials by a polynomial (option
-# `fresh_exp`, paper profile) or libm.
+# compiled pair kernel (NumericalSettings.adam_pass, on the CPU), its backward pass from the
+# sorted weights; m(x) from the fresh-context kernel, its exponentials by a polynomial
+# (NumericalSettings.fresh_exp) or libm.
 #
 # The Sobol points for m(x) are re-drawn at every acquisition call in both profiles (spec 1.6,
 # 8.16): that is how the reference's optimiser sees this acquisition, and redrawing does not
@@ -236,14 +236,13 @@ class DRBOKDE(Algorithm):
     settings = CHEAP
     relative_cost = 2.4  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
-        "kde_samples": Option(1024, 1024),
-        "min_points": Option(1024, 1024),  # Sobol points for m(x) = min_c UCB(x, c), redrawn every call
-        "radius_scale": Option(1.0, 1.0),  # eps_n = radius_scale * n^(-2/(4+d_c))
-        "drbokde_minbox_sign_bug": Option(False, True),  # spec 8.2: m(x) searched over [lb-(ub-lb), lb]
-        "drbokde_closed_form": Option(True, True),  # Project decision 4: same value as the LP, batched
-        "drbokde_min_detached": Option(True, True),  # spec 8.15: m(x) adds to the value, not the gradient
-        "adam_pass": ADAM_PASS,
-        "fresh_exp": FRESH_EXP,  # m(x)'s exponentials in the compiled pass
+        "kde_samples": Option(1024, 1024, "KDE samples of the observed contexts, redrawn every step"),
+        "min_points": Option(1024, 1024, "Sobol points for m(x) = min_c UCB(x, c), redrawn every call"),
+        "radius_scale": Option(1.0, 1.0, "eps_n = radius_scale * n^(-2/(4+d_c))"),
+        "drbokde_minbox_sign_bug": Option(False, True, "m(x) searched over [lb-(ub-lb), lb] (spec 8.2)"),
+        # Project decision 4: the LP's value in closed form, batched (false: the published LP)
+        "drbokde_closed_form": Option(True, True, "the inner LP's value in closed form (false: the LP)"),
+        "drbokde_min_detached": Option(True, True, "m(x) adds to the value, not the gradient (spec 8.15)"),
     }
 
     def radius(self, n: int) -> float:
@@ -269,6 +268,6 @@ class DRBOKDE(Algorithm):
             generator=generator,
             closed_form=bool(self.options["drbokde_closed_form"]),
             detach_min=bool(self.options["drbokde_min_detached"]),
-            compiled=self.options["adam_pass"] == "compiled",
-            polynomial_exp=self.options["fresh_exp"] == "polynomial",
+            compiled=model.settings.adam_pass == "compiled",
+            polynomial_exp=model.settings.fresh_exp == "polynomial",
         )

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
-from wdrbo_dist.acquisition.compiled import ADAM_PASS, FixedContextUCB
+from wdrbo_dist.acquisition.compiled import FixedContextUCB
 from wdrbo_dist.acquisition.mmd_common import (
     MMD_RADIUS_CONSTANT,
     context_gram,
@@ -30,9 +30,9 @@ from wdrbo_dist.acquisition.mmd_common import (
 )
 from wdrbo_dist.models.gp import GaussianProcess
 
-from wdrbo_dist.acquisition.mmd_factors import FACTORS, gram_factor, tensor_grid_factor
-from wdrbo_dist.acquisition.mmd_solver import PATHS, SOLVERS, MMDWorstCase, drop_zero_cone_rows
-from wdrbo_dist.acquisition.mmd_working_set import RESTRICTED_SOLVERS
+from wdrbo_dist.acquisition.mmd_factors import gram_factor, tensor_grid_factor
+from wdrbo_dist.acquisition.mmd_solver import SOLVERS, MMDWorstCase, drop_zero_cone_rows
+from wdrbo_dist.settings import NumericalSettings
 
 __all__ = ["DRBOMMD", "MMDAcquisition", "MMDWorstCase", "drop_zero_cone_rows", "gram_factor", "tensor_grid_factor"]
 
@@ -47,8 +47,8 @@ __all__ = ["DRBOMMD", "MMDAcquisition", "MMDWorstCase", "drop_zero_cone_rows", "
 # without a usable solution falls back to p = w, as in the reference. Both profiles solve with
 # Clarabel and a certified working set, the published SCS one option away: the solver routes give
 # the same results over seeds (docs/drbo_mmd.md has the measurements and the reasons). An Adam
-# step's u and its backward pass come from the compiled pair kernel (option `adam_pass: compiled`,
-# paper profile), the screening pass's from torch's pass on the grid's features.
+# step's u and its backward pass come from the compiled pair kernel (NumericalSettings.adam_pass
+# `compiled`, on the CPU), the screening pass's from torch's pass on the grid's features.
 class MMDAcquisition(Acquisition):
     """p*(x)^T u(x), with p* the solved worst case on the grid for each candidate."""
 
@@ -121,61 +121,26 @@ class DRBOMMD(Algorithm):
     description = "DRBO-MMD: worst-case mean UCB over an MMD ball on a 100-point context grid (SOCP per candidate)"
     settings = CHEAP
     relative_cost = 1.9  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
-    # The other routes, x ERBO: measured against a slower ERBO (Clarabel's restricted programs
-    # 2.2; the complete program 6.2 with Clarabel, 8.2 with SCS), then scaled by 1.34, the rise
-    # of the compiled route's own ratio (1.71 -> 2.29) when ERBO's runs got shorter.
-    CLARABEL_RESTRICTED_COST = 2.9  # mmd_restricted_solver: clarabel
-    COMPLETE_PROGRAM_COST = {"CLARABEL": 8.3, "SCS": 11.0}  # without the working set
+    # With SCS (no working set), x ERBO: measured against a slower ERBO (8.2), then scaled by
+    # 1.34, the rise of the compiled route's own ratio (1.71 -> 2.29) when ERBO's runs got shorter.
+    SCS_COST = 11.0
     OPTIONS = {
-        "grid_size": Option(100, 100),  # points of the context discretisation (spec 3.6)
-        "radius_constant": Option(MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT),  # r_n = constant / sqrt(n)
-        "mmd_diagonal_grid": Option(False, True),  # spec 8.3: d_c >= 2 uses the box diagonal
+        "grid_size": Option(100, 100, "points of the context grid (spec 3.6)"),
+        "radius_constant": Option(MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT, "r_n = radius_constant / sqrt(n)"),
+        "mmd_diagonal_grid": Option(False, True, "a grid on the box diagonal where d_c >= 2 (spec 8.3)"),
         # CLARABEL (interior point, tolerance 1e-8) in both profiles: the same optimum as the
-        # published SCS (first-order, eps 1e-5), more accurately and with the working set far faster;
-        # benchmarks/paired.py --preset mmd-solver compares the routes over seeds. SCS stays one option away.
-        "mmd_solver": Option.same("CLARABEL", choices=SOLVERS),
-        "mmd_solve_path": Option.same("compiled", choices=PATHS),  # compiled workspace per step, or problem.solve
-        # PSD-safe factor of K: pivoted / eigen (cutoff), cholesky (jitter)
-        "mmd_factor": Option.same("pivoted", choices=FACTORS),
-        "mmd_warm_start": Option(True, True),
-        # Data equilibration (Clarabel: Ruiz; SCS: normalize) on the compiled path. Left unset it
-        # follows the solver: off for Clarabel (these grid problems are well scaled, ~7 instead of
-        # ~10 iterations), on for SCS (its own default).
-        "mmd_equilibrate": Option.same(False, note="unset: on for SCS, off for CLARABEL"),
-        # Certified working-set solves of the compiled program (mmd_working_set.py): the same
-        # optimum to the solver's tolerance, 3-8x faster. Clarabel and the compiled path only:
-        # left unset it is off for any other solver or path.
-        "mmd_working_set": Option.same(
-            True, note="unset: off unless mmd_solver is CLARABEL and mmd_solve_path is compiled"),
-        # What solves the working set's restricted programs: mmd_ipm.py's compiled dense method
-        # (paper) or Clarabel (reference); the certificate is the same.
-        "mmd_restricted_solver": Option("compiled", "clarabel", choices=RESTRICTED_SOLVERS),
-        "adam_pass": ADAM_PASS,
+        # published SCS (first-order, eps 1e-5), more accurately and with the working set far
+        # faster; benchmarks/paired.py --preset mmd-solver compares them over seeds.
+        "mmd_solver": Option.same("CLARABEL", "the conic solver: CLARABEL, or SCS (the published code's)",
+                                  choices=SOLVERS),
     }
 
     _grid: Tensor | None = None
     _program: MMDWorstCase | None = None
 
     @classmethod
-    def resolve_options(cls, fidelity: str, given: Mapping[str, Any]) -> dict[str, Any]:
-        resolved = super().resolve_options(fidelity, given)
-        usable = resolved["mmd_solver"] == "CLARABEL" and resolved["mmd_solve_path"] == "compiled"
-        if "mmd_working_set" not in given:
-            resolved["mmd_working_set"] = usable  # the logged options say which solve ran
-        elif resolved["mmd_working_set"] and not usable:
-            raise ValueError(
-                f"option 'mmd_working_set' of algorithm {cls.name!r} needs mmd_solver 'CLARABEL' and "
-                f"mmd_solve_path 'compiled', got {resolved['mmd_solver']!r} and {resolved['mmd_solve_path']!r}"
-            )
-        if "mmd_equilibrate" not in given:
-            resolved["mmd_equilibrate"] = resolved["mmd_solver"] == "SCS"
-        return resolved
-
-    @classmethod
     def cost_estimate(cls, options: Mapping[str, Any]) -> float:
-        if options["mmd_working_set"]:
-            return cls.relative_cost if options["mmd_restricted_solver"] == "compiled" else cls.CLARABEL_RESTRICTED_COST
-        return cls.COMPLETE_PROGRAM_COST[options["mmd_solver"]]
+        return cls.relative_cost if options["mmd_solver"] == "CLARABEL" else cls.SCS_COST
 
     def grid(self) -> Tensor:
         if self._grid is None:
@@ -184,22 +149,25 @@ class DRBOMMD(Algorithm):
             )
         return self._grid
 
-    def program(self) -> MMDWorstCase:
+    def program(self, settings: NumericalSettings) -> MMDWorstCase:
+        """The conic program, built at the first step on the run's routes (the working set with
+        Clarabel on the compiled path only; equilibration unset: the solver's own, on for SCS)."""
         if self._program is None:
+            solver = str(self.options["mmd_solver"]).upper()
+            equilibrate = settings.mmd_equilibrate
             self._program = MMDWorstCase(
                 self.grid().shape[0],
-                solver=str(self.options["mmd_solver"]).upper(),
-                path=str(self.options["mmd_solve_path"]),
-                warm_start=bool(self.options["mmd_warm_start"]),
-                equilibrate=bool(self.options["mmd_equilibrate"]),
-                working_set=bool(self.options["mmd_working_set"]),
-                restricted_solver=str(self.options["mmd_restricted_solver"]),
+                solver=solver,
+                path=settings.mmd_solve_path,
+                warm_start=settings.mmd_warm_start,
+                equilibrate=solver == "SCS" if equilibrate is None else equilibrate,
+                working_set=settings.mmd_working_set,
+                restricted_solver=settings.mmd_restricted_solver,
             )
         return self._program
 
-    def factor(self, gram: Tensor, context_lengthscale: Tensor) -> np.ndarray:
+    def factor(self, gram: Tensor, context_lengthscale: Tensor, kind: str = "pivoted") -> np.ndarray:
         """The PSD-safe factor of K handed to the conic solver (per-axis on tensor grids)."""
-        kind = str(self.options["mmd_factor"])
         tensor = self.problem.dim_c > 1 and not self.options["mmd_diagonal_grid"]
         if kind == "pivoted" and tensor:
             size = max(1, int(self.options["grid_size"]))
@@ -214,10 +182,10 @@ class DRBOMMD(Algorithm):
         w = empirical_pmf(state.context.to(device), grid)
         gram = context_gram(grid, model.lengthscale[dim_x:])
         radius = mmd_radius(state.n, float(self.options["radius_constant"]))
-        program = self.program()
+        program = self.program(model.settings)
         start = time.perf_counter()
-        program.prepare(self.factor(gram, model.lengthscale[dim_x:]), w.cpu().numpy(), radius)
+        program.prepare(self.factor(gram, model.lengthscale[dim_x:], model.settings.mmd_factor), w.cpu().numpy(), radius)
         acquisition = MMDAcquisition(model, float(self.options["beta"]), grid, w, program, radius,
-                                     compiled=self.options["adam_pass"] == "compiled")
+                                     compiled=model.settings.adam_pass == "compiled")
         acquisition.telemetry.seconds += time.perf_counter() - start
         return acquisition

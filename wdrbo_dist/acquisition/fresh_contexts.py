@@ -2,8 +2,8 @@
 
 StableOpt's Sobol box and DRBO-KDE's m(x) samples change at every acquisition call, so the
 GP's reusable context features do not pay for themselves there (see `FreshContextUCB`), unless
-the box is known when the acquisition is built: on the GP's basis route (option
-`context_basis`) the contexts are then projected onto one basis of the box's context vectors.
+the box is known when the acquisition is built: on the GP's basis route
+(NumericalSettings.context_basis) the contexts are then projected onto one basis of the box's context vectors.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ class FreshContextUCB:
     [n, n] one (`GaussianProcess.ucb_in_region`); batches above DIRECT_MAX_BATCH take the
     GP's features with the same basis (`ucb_pairs(..., region=)`).
 
-    With `compiled` (option `adam_pass: compiled`), a call of a few candidates that takes no
+    With `compiled` (NumericalSettings.adam_pass `compiled`), a call of a few candidates that takes no
     gradient (an Adam step's search for the minimum) goes through the compiled pair kernel,
-    its contexts' exponentials by libm or (`polynomial_exp`, option `fresh_exp`) a polynomial.
+    its contexts' exponentials by libm or (`polynomial_exp`, NumericalSettings.fresh_exp) a polynomial.
     """
 
     def __init__(self, model: GaussianProcess, beta: float, box: Tensor | None = None, compiled: bool = False,

@@ -3,7 +3,7 @@
 The worst case over the MMD ball is approximated in three cases from the grid UCB's minimum,
 mean and spread, with the reference's bugs as options (spec 8.4); the comment above
 `point_mmd_squared` gives the cases, the edge cases and the gradient. An Adam step's u comes from
-the compiled pair kernel (option `adam_pass: compiled`, paper profile).
+the compiled pair kernel (NumericalSettings.adam_pass, on the CPU).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
-from wdrbo_dist.acquisition.compiled import ADAM_PASS, FixedContextUCB
+from wdrbo_dist.acquisition.compiled import FixedContextUCB
 from wdrbo_dist.acquisition.mmd_common import (
     MMD_RADIUS_CONSTANT,
     context_gram,
@@ -46,8 +46,8 @@ _TINY = 1e-24  # keeps sqrt's gradient finite where its argument vanishes
 # is cosmetic). Gradient through u; w and K are constants of the BO step. e* costs O(1) per
 # candidate: MMD(delta_j, w)^2 = K_jj - 2 (K w)_j + w^T K w for every grid point j is computed once
 # per BO step (`point_mmd_squared`; the reference forms (delta - w)^T K (delta - w) per candidate).
-# An Adam step's u comes from the compiled pair kernel (option `adam_pass: compiled`, paper
-# profile), its backward pass from autograd's d(value)/du.
+# An Adam step's u comes from the compiled pair kernel (NumericalSettings.adam_pass, on the
+# CPU), its backward pass from autograd's d(value)/du.
 def point_mmd_squared(gram: Tensor, w: Tensor) -> Tensor:
     """MMD(delta_j, w)^2 [N] for every grid point j, with the grid's Gram matrix K [N, N]."""
     kw = gram @ w
@@ -199,16 +199,11 @@ class DRBOMMDMinimax(Algorithm):
     description = "DRBO-MMD minimax approximation: closed-form worst-case sensitivity on a 1024-point grid"
     relative_cost = 2.6  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
-        "grid_size": Option(1024, 1024),  # points of the context discretisation (spec 3.7)
-        "radius_constant": Option(MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT),  # r_n = constant / sqrt(n)
-        "mmd_diagonal_grid": Option(False, True),  # spec 8.3: d_c >= 2 uses the box diagonal
-        "minimax_case3_zero_bug": Option(False, True),  # spec 8.4: case 3 -> 0 if any case 2 in the call
-        "minimax_uniform_mean": Option(False, True),  # spec 8.4: unweighted grid mean instead of E_w
-        "adam_pass": ADAM_PASS,
-        # With the compiled pass and the E_w mean: the backward pass over w's support and the
-        # minimisers only, the grid points where d(value)/du is nonzero (the same values to
-        # rounding; benchmarks/paired.py --preset minimax-sparse).
-        "minimax_sparse_gradient": Option(True, False),
+        "grid_size": Option(1024, 1024, "points of the context grid (spec 3.7)"),
+        "radius_constant": Option(MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT, "r_n = radius_constant / sqrt(n)"),
+        "mmd_diagonal_grid": Option(False, True, "a grid on the box diagonal where d_c >= 2 (spec 8.3)"),
+        "minimax_case3_zero_bug": Option(False, True, "case 3 gives 0 if any case 2 is in the call (spec 8.4)"),
+        "minimax_uniform_mean": Option(False, True, "the unweighted grid mean instead of E_w (spec 8.4)"),
     }
 
     _grid: Tensor | None = None
@@ -233,6 +228,6 @@ class DRBOMMDMinimax(Algorithm):
             mmd_radius(state.n, float(self.options["radius_constant"])),
             uniform_mean=bool(self.options["minimax_uniform_mean"]),
             case3_zero_bug=bool(self.options["minimax_case3_zero_bug"]),
-            compiled=self.options["adam_pass"] == "compiled",
-            sparse_gradient=bool(self.options["minimax_sparse_gradient"]),
+            compiled=model.settings.adam_pass == "compiled",
+            sparse_gradient=model.settings.minimax_sparse_gradient,
         )

@@ -2,7 +2,7 @@
 
 alpha(x) = (1/N) sum_j UCB(x, s_j), with N = 512 samples drawn once per BO step (fixed while
 the acquisition is maximised). Both profiles compute the reference's acquisition (there is no
-fault to fix); the paper profile's Adam steps take the compiled pass (option `adam_pass`).
+fault to fix); Adam steps on the CPU take the compiled pass (NumericalSettings.adam_pass).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import Tensor
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.compiled import (
-    ADAM_PASS, compiled_mean_ucb, compiled_route, compiled_value_and_gradient,
+    compiled_mean_ucb, compiled_route, compiled_value_and_gradient,
 )
 from wdrbo_dist.acquisition.kde import kde_samples
 from wdrbo_dist.models.gp import GaussianProcess
@@ -49,12 +49,12 @@ class SBOKDE(Algorithm):
     description = "SBO-KDE: mean UCB over 512 KDE samples of the observed contexts, redrawn every step"
     relative_cost = 2.1  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
-        "kde_samples": Option(512, 512),  # the WDRBO repository's count (sbokde upstream: 1024), spec 8.23
-        "adam_pass": ADAM_PASS,
+        # the WDRBO repository's count (sbokde upstream: 1024), spec 8.23
+        "kde_samples": Option(512, 512, "KDE samples of the observed contexts, redrawn every step"),
     }
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:
         count = max(1, int(self.options["kde_samples"]))
         samples = kde_samples(state.context, count, self.problem.context_bounds, generator)
         return SampleAverageUCB(model, samples.to(model.train_x.device), float(self.options["beta"]),
-                                compiled=self.options["adam_pass"] == "compiled")
+                                compiled=model.settings.adam_pass == "compiled")

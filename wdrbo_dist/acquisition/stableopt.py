@@ -13,7 +13,6 @@ from torch import Tensor
 
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
-from wdrbo_dist.acquisition.compiled import ADAM_PASS, FRESH_EXP
 from wdrbo_dist.acquisition.fresh_contexts import FreshContextUCB
 from wdrbo_dist.acquisition.sobol import scrambled_sobol
 from wdrbo_dist.models.gp import GaussianProcess
@@ -40,11 +39,11 @@ def stable_box(contexts: Tensor, sigmas: float, sign_bug: bool) -> Tensor:
 # estimates; the scramble seed comes from the run's generator. The gradient flows through the
 # arg-min point (as torch.min's does): the min is found without gradient and the UCB is
 # recomputed, differentiably, at each candidate's minimising context only. An Adam step's search
-# for the minimum takes the compiled pair kernel (option `adam_pass: compiled`, paper profile);
-# with `stable_compiled_gradient` (paper profile) the kernel's minimum is the value
+# for the minimum takes the compiled pair kernel (NumericalSettings.adam_pass, on the CPU);
+# with NumericalSettings.stable_compiled_gradient the kernel's minimum is the value
 # and its closed-form gradient at the minimising contexts replaces torch's recomputation (the
 # same values and gradients to rounding; 0.5-0.8 ms less per Adam step on one context dimension);
-# with `fresh_exp: polynomial` (paper profile) the contexts' kernel exponentials in
+# with NumericalSettings.fresh_exp `polynomial` the contexts' kernel exponentials in
 # those compiled calls are a vectorised polynomial within 1 ulp of libm's.
 class MinimumUCB(Acquisition):
     """min_j UCB(x, c_j) over a context set re-drawn in `box` at every call."""
@@ -94,19 +93,14 @@ class StableOpt(Algorithm):
     description = "StableOpt: minimum UCB over 1024 Sobol contexts in a mean +- std box, redrawn every call"
     relative_cost = 2.7  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
-        "stable_points": Option(1024, 1024),  # Sobol points in the box, redrawn at every call
-        "stable_box_sigmas": Option(1.0, 1.0),  # half-width of the box in (unbiased) standard deviations
-        "stable_box_sign_bug": Option(False, True),  # spec 8.1: [mu - 3s, mu - s] instead of [mu - s, mu + s]
-        "adam_pass": ADAM_PASS,  # compiled: an Adam step's minimum found by the pair kernel
-        # With adam_pass compiled: the kernel's value and closed-form x-gradient at the minimising
-        # contexts, or torch's posterior and autograd there (benchmarks/paired.py --preset stable-gradient).
-        "stable_compiled_gradient": Option(True, False),
-        "fresh_exp": FRESH_EXP,  # the box contexts' exponentials in the compiled pass
+        "stable_points": Option(1024, 1024, "Sobol points in the box, redrawn at every call"),
+        "stable_box_sigmas": Option(1.0, 1.0, "half-width of the box in (unbiased) standard deviations"),
+        "stable_box_sign_bug": Option(False, True, "the box is [mu - 3s, mu - s], not [mu - s, mu + s] (spec 8.1)"),
     }
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:
         box = stable_box(state.context, float(self.options["stable_box_sigmas"]), bool(self.options["stable_box_sign_bug"]))
         return MinimumUCB(model, float(self.options["beta"]), box, max(1, int(self.options["stable_points"])), generator,
-                          compiled=self.options["adam_pass"] == "compiled",
-                          compiled_gradient=bool(self.options["stable_compiled_gradient"]),
-                          polynomial_exp=self.options["fresh_exp"] == "polynomial")
+                          compiled=model.settings.adam_pass == "compiled",
+                          compiled_gradient=model.settings.stable_compiled_gradient,
+                          polynomial_exp=model.settings.fresh_exp == "polynomial")

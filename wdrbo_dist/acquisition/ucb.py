@@ -1,6 +1,6 @@
 """GP-UCB (spec 3.3): a GP on the decision only; the context is unmodelled noise.
 
-The paper profile's Adam steps take the compiled kernel (option `adam_pass`): the
+Adam steps on the CPU take the compiled kernel (NumericalSettings.adam_pass): the
 same acquisition, its gradient in closed form rather than by autograd."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import Tensor
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.compiled import (
-    ADAM_PASS, compiled_posterior_ucb, compiled_route, compiled_value_and_gradient,
+    compiled_posterior_ucb, compiled_route, compiled_value_and_gradient,
 )
 from wdrbo_dist.models.gp import GaussianProcess
 
@@ -46,11 +46,10 @@ class GPUCB(Algorithm):
     OPTIONS = {
         # The reference passes beta to BoTorch's UpperConfidenceBound, which multiplies sigma by
         # sqrt(beta) (spec 1.5, 8.7); the paper profile uses beta itself, like every other method.
-        "gpucb_sqrt_beta": Option(False, True),
-        "adam_pass": ADAM_PASS,
+        "gpucb_sqrt_beta": Option(False, True, "sigma multiplied by sqrt(beta), as BoTorch's UCB does (spec 8.7)"),
     }
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:
         beta = float(self.options["beta"])
         multiplier = math.sqrt(beta) if self.options["gpucb_sqrt_beta"] else beta
-        return UpperConfidenceBound(model, multiplier, compiled=self.options["adam_pass"] == "compiled")
+        return UpperConfidenceBound(model, multiplier, compiled=model.settings.adam_pass == "compiled")

@@ -1,4 +1,4 @@
-"""The GP's MAP objective in two numba kernels around LAPACK (option `gp_objective: compiled`).
+"""The GP's MAP objective in two numba kernels around LAPACK (NumericalSettings.gp_objective `compiled`).
 
 The same objective and analytic gradient as `map_objective.MapObjective` (the values agree to
 ~1e-13, the gradients to ~1e-11), for the ~50 evaluations of one L-BFGS-B fit. NumPy takes each in

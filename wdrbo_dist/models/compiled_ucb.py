@@ -1,4 +1,4 @@
-"""An Adam step's acquisition in compiled calls (option `adam_pass: compiled`): ERBO's, WDRBO's
+"""An Adam step's acquisition in compiled calls (NumericalSettings.adam_pass `compiled`): ERBO's, WDRBO's
 and SBO-KDE's mean UCB (`CompiledUCB`) and GP-UCB's posterior UCB on x alone
 (`CompiledPosteriorUCB`); the UCB at every (candidate, context) pair is compiled_pairs.py's.
 

@@ -22,6 +22,7 @@ from wdrbo_dist.models.map_objective import (
     MapObjective,
     lengthscale_prior,
 )
+from wdrbo_dist.settings import CPU, NumericalSettings
 
 MAX_FIT_ATTEMPTS = 5
 
@@ -43,15 +44,11 @@ class FitReport:
 
 
 def fit_gp(
-    train_x: Tensor, train_y: Tensor, generator: torch.Generator, context_basis: bool = False,
-    context_forms: bool = False, compiled_objective: bool = False, basis_tolerance: float = 0.0,
-    forms_in_one_product: bool = False, region_tolerance: float = 0.0,
+    train_x: Tensor, train_y: Tensor, generator: torch.Generator, settings: NumericalSettings = CPU,
 ) -> tuple[GaussianProcess, FitReport]:
-    """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes (`context_basis`,
-    `context_forms`, `basis_tolerance`, `forms_in_one_product`, `region_tolerance`: the routes the fitted model
-    takes for context sets, see `GaussianProcess.ucb_pairs`, `quadratic_forms`, `_basis_forms`;
-    `compiled_objective`: the objective's numba kernels, models/compiled_fit.py, rather than
-    NumPy's `map_objective.MapObjective`).
+    """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes. `settings`: the run's
+    numerical routes, the objective's (`gp_objective`: numba kernels, models/compiled_fit.py, or
+    NumPy's `map_objective.MapObjective`) and those the fitted model takes for context sets.
 
     An attempt whose L-BFGS-B fails (other than at its iteration limit, as in BoTorch) or meets
     a non-finite value is retried from hyperparameters drawn from the priors with `generator`,
@@ -63,7 +60,7 @@ def fit_gp(
     y_std, y_mean, y_scale = standardize(train_y)
     loc, scale = lengthscale_prior(dim)
     host_x, host_y = train_x.detach().cpu().numpy(), y_std.detach().cpu().numpy()
-    if compiled_objective:
+    if settings.gp_objective == "compiled":
         from wdrbo_dist.models.compiled_fit import CompiledMapObjective
 
         objective: Callable[[np.ndarray], tuple[float, np.ndarray]] = CompiledMapObjective(
@@ -104,10 +101,6 @@ def fit_gp(
         mean_constant=float(theta[dim + 1]),
         y_mean=y_mean,
         y_std=y_scale,
-        context_basis=context_basis,
-        context_forms=context_forms,
-        basis_tolerance=basis_tolerance,
-        forms_in_one_product=forms_in_one_product,
-        region_tolerance=region_tolerance,
+        settings=settings,
     )
     return model, FitReport(attempts=attempts, converged=converged, neg_log_posterior=best[0])

@@ -20,11 +20,12 @@ from torch import Tensor
 
 from wdrbo_dist.models.kernel import VARIANCE_FLOOR, rbf
 from wdrbo_dist.models.pair_routes import PairRoutes
+from wdrbo_dist.settings import CPU, NumericalSettings
 
 
 class GaussianProcess(PairRoutes):
     """An exact GP posterior with fixed hyperparameters (fit it with `fit.fit_gp`). Its routes for
-    context sets are those of `PairRoutes` and `ContextSide`."""
+    context sets are those of `PairRoutes` and `ContextSide`, chosen by `settings`."""
 
     def __init__(
         self,
@@ -35,18 +36,15 @@ class GaussianProcess(PairRoutes):
         mean_constant: float,
         y_mean: float = 0.0,
         y_std: float = 1.0,
-        context_basis: bool = False,
-        context_forms: bool = False,
-        basis_tolerance: float = 0.0,
-        forms_in_one_product: bool = False,
-        region_tolerance: float = 0.0,
+        settings: NumericalSettings = CPU,
     ) -> None:
         self.train_x = train_x
-        self.context_basis = context_basis  # the route of `context_features` (see `ucb_pairs`)
-        self.basis_tolerance = basis_tolerance  # the relative rank cut of a context set's basis
-        self.region_tolerance = region_tolerance  # the same for a box's basis (`region_basis`)
-        self.forms_in_one_product = forms_in_one_product  # how `_basis_forms` multiplies
-        self.context_forms = context_forms  # the route of `ucb_from_features` for few candidates
+        self.settings = settings  # the run's numerical routes; the acquisitions read them here
+        self.context_basis = settings.context_basis  # the route of `context_features` (see `ucb_pairs`)
+        self.basis_tolerance = settings.basis_tolerance  # the relative rank cut of a context set's basis
+        self.region_tolerance = settings.region_tolerance  # the same for a box's basis (`region_basis`)
+        self.forms_in_one_product = settings.forms_in_one_product  # how `_basis_forms` multiplies
+        self.context_forms = settings.context_forms  # the route of `ucb_from_features` for few candidates
         self._basis_triangles: dict[int, tuple[Tensor, Tensor]] = {}
         self.train_y = train_y_std
         self.lengthscale = lengthscale.to(train_x)

@@ -25,7 +25,7 @@ def rbf(a: Tensor, b: Tensor, lengthscale: Tensor) -> Tensor:
 def numerical_basis(vectors: Tensor, relative_tolerance: float = 0.0) -> tuple[Tensor, Tensor]:
     """(V [n, r], A [rows, r]) with orthonormal V and vectors ~= A V^T: the right singular
     vectors above numpy's rank tolerance (sigma_1 * max(rows, n) * eps) or, where larger,
-    sigma_1 * `relative_tolerance` (option `basis_tolerance`: every vector is then within
+    sigma_1 * `relative_tolerance` (NumericalSettings.basis_tolerance: every vector is then within
     sigma_{r+1} of the span)."""
     left, singular, right_t = torch.linalg.svd(vectors, full_matrices=False)
     if singular.numel() == 0 or not bool(singular[0] > 0):

@@ -66,8 +66,8 @@ class PairRoutes(ContextSide):
         pair products, over r(r+1)/2 pairs instead of n(n+1)/2. It is no less accurate (nearer
         a Cholesky solve: fewer terms cancel) and several times cheaper where the columns are
         many; `context_features` takes it where it needs fewer multiply-adds per candidate. It
-        changes the last digits, so it is a fidelity switch (every algorithm's option
-        `context_basis`, on in both profiles). Contexts drawn afresh at every call in a
+        changes the last digits, so it is a route (NumericalSettings.context_basis, on
+        every device). Contexts drawn afresh at every call in a
         known box take it through `region_basis` and `ucb_in_region`.
         """
         return self.ucb_from_features(x, self.context_features(contexts, gradient_contexts, region), beta)
@@ -235,7 +235,7 @@ class PairRoutes(ContextSide):
     def _basis_forms(self, k_x: Tensor, basis: Tensor) -> Tensor:
         """The candidate side on the basis route: B_b = (kx_b * V)^T K^{-1} (kx_b * V) [c, r, r].
 
-        With `forms_in_one_product` (option `basis_forms: one_product`) the left factor's kx_b
+        With `forms_in_one_product` (NumericalSettings.basis_forms `one_product`) the left factor's kx_b
         moves onto the solved side, B_b = V^T (kx_b * K^{-1} (kx_b * V)), and one product with V^T
         gives every candidate's form: the same values to rounding, without the batch of [r, n] x
         [n, r] products that runs at a fraction of the BLAS's speed."""
