@@ -5,7 +5,8 @@ before any work starts.
 
 Exit codes: 0 done; 1 some runs failed; 2 bad input (argument, config, unreachable store or
 address); 69 runs lost to the infrastructure or the cluster gone (run the same command again);
-75 `run` refused because another driver is at work on the output folder (retry later);
+74 the disk filled (finished runs kept, the line says where); 75 `run` refused because another
+driver is at work on the output folder (retry later);
 130 interrupted.
 """
 
