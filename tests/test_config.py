@@ -115,7 +115,18 @@ BAD = [
     ({"tracking_uri": "ftp://host/db"}, "tracking_uri: must be one of sqlite:///PATH, http://HOST:PORT, https://HOST:PORT or none; got 'ftp://host/db'"),
     ({"tracking_uri": "sqlite:///"}, "tracking_uri: a sqlite URI must name a file"),
     ({"output_dir": ""}, "output_dir: must be a folder path (a non-empty string), got str ''"),
+    ({"run_timeout_s": 0}, "run_timeout_s: must be a number of seconds > 0 (or left out: no limit), got int 0"),
+    ({"run_timeout_s": "1h"}, "run_timeout_s: must be a number of seconds > 0 (or left out: no limit), got str '1h'"),
+    ({"run_timeout_s": True}, "run_timeout_s: must be a number of seconds > 0"),
 ]
+
+
+def test_run_timeout_s_reaches_every_task() -> None:
+    from wdrbo_dist.study import make_tasks
+
+    assert parse_study_config(with_()).run_timeout_s is None
+    study = parse_study_config(with_(run_timeout_s=90))
+    assert study.run_timeout_s == 90.0 and {t.timeout_s for t in make_tasks(study, study.runs)} == {90.0}
 
 
 @pytest.mark.parametrize("changes, message", BAD, ids=[m.split(":")[0] + f"-{i}" for i, (_, m) in enumerate(BAD)])

@@ -27,7 +27,7 @@ from wdrbo_dist.study_spec import DEFAULT_TRACKING_URI, NO_TRACKING, AlgorithmSe
 
 TOP_LEVEL_KEYS = (
     "name", "description", "fidelity", "problems", "algorithms", "seeds", "evaluations",
-    "init_size", "backend", "workers", "tracking_uri", "output_dir",
+    "init_size", "backend", "workers", "tracking_uri", "output_dir", "run_timeout_s",
 )
 REQUIRED_KEYS = ("name", "problems", "algorithms", "seeds")
 ALGORITHM_KEYS = ("name", "label", "options", "resources")
@@ -65,6 +65,7 @@ class ConfigError(ValueError):
 #     workers: 2
 #     tracking_uri: sqlite:///mlflow.db # sqlite:///PATH | http(s)://HOST:PORT | none
 #     output_dir: results/quick
+#     run_timeout_s: 3600               # seconds; a run past it is FAILED "timed out after 3600 s" (default: none)
 def load_study_config(path: str | os.PathLike[str], validate_runs: bool = True) -> StudySpec:
     """Read and validate a study file; relative paths resolve against the working folder."""
     source = Path(path)
@@ -132,6 +133,7 @@ def parse_study_config(
     workers = _integer("workers", data.get("workers", 2), minimum=1)
     tracking_uri = _tracking_uri(data.get("tracking_uri", DEFAULT_TRACKING_URI))
     output_dir = _path("output_dir", data.get("output_dir", f"results/{name}"))
+    run_timeout_s = _run_timeout(data.get("run_timeout_s"))
 
     study = StudySpec(
         name=name,
@@ -145,6 +147,7 @@ def parse_study_config(
         workers=workers,
         tracking_uri=tracking_uri,
         output_dir=output_dir,
+        run_timeout_s=run_timeout_s,
         description=description,
         source=source.resolve() if source else None,
         raw=dict(data),
@@ -336,6 +339,14 @@ def _resources(where: str, value: Any) -> Resources:
     if num_cpus == 0 and num_gpus == 0:
         raise ConfigError(f"{where}: num_cpus and num_gpus cannot both be 0 (a run needs somewhere to run)")
     return Resources(num_cpus=num_cpus, num_gpus=num_gpus)
+
+
+def _run_timeout(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"run_timeout_s: must be a number of seconds > 0 (or left out: no limit), got {describe(value)}")
+    return float(value)
 
 
 def _tracking_uri(value: Any) -> str:

@@ -150,7 +150,7 @@ def make_tasks(study: StudySpec, specs: Sequence[RunSpec]) -> list[Task]:
         resources = study.resources(spec.algorithm_label)
         tasks.append(Task(
             spec=spec, threads=resources.threads, num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
-            expected_cost=expected_cost(spec),
+            expected_cost=expected_cost(spec), timeout_s=study.run_timeout_s,
         ))
     return sorted(tasks, key=lambda t: -t.expected_cost)
 
@@ -223,9 +223,10 @@ def run_study(
     if study.tracking_enabled:
         check_tracking_uri(study.tracking_uri)  # before any run: fail fast
     if (backend or study.backend) == "ray":
-        from wdrbo_dist.backends.ray_backend import check_address
+        from wdrbo_dist.backends.ray_backend import check_address, check_resources
 
         check_address(address)
+        check_resources(make_tasks(study, study.runs), workers or study.workers, address)  # every run fits a node
     with driver_lock(study.output_dir) as lock:
         if lock is None:
             echo(f"warning: {study.output_dir} cannot be locked (no file locks here): "

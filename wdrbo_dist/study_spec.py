@@ -58,6 +58,7 @@ class StudySpec:
     workers: int = 2
     tracking_uri: str = DEFAULT_TRACKING_URI
     output_dir: Path = Path("results")
+    run_timeout_s: float | None = None  # a run past it is FAILED ("timed out after N s"); None: no limit
     description: str = ""
     source: Path | None = None  # the YAML file it came from
     raw: dict[str, Any] = field(default_factory=dict)  # the parsed YAML (logged to MLflow)

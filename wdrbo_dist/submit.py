@@ -4,7 +4,8 @@ The driver then runs on the cluster's head node (`wdrbo-dist run CONFIG --backen
 --address auto`), so a laptop can disconnect while the study runs. The working folder is
 uploaded without `.venv`, `.git` and results; the cluster's Python needs the package's
 dependencies (jobs/README.md). A config outside the working folder travels in the job's
-environment. With `RAY_AUTH_MODE=token` on the cluster, the client sends the token from
+environment. A relative or default `output_dir` or `tracking_uri` is refused before anything
+is uploaded: on the cluster it would name Ray's temporary job folder, which Ray deletes. With `RAY_AUTH_MODE=token` on the cluster, the client sends the token from
 `RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH` or `~/.ray/auth_token` when `RAY_AUTH_MODE=token` is
 also set on the submitting machine.
 """
@@ -26,10 +27,29 @@ TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
 
 UPLOADED_CONFIG_ENV = "WDRBO_STUDY_CONFIG"
+# A tracking server with MLflow's basic-auth app: the job's driver and its tasks get the
+# submitting machine's credentials in the job's environment (Ray's token protects it).
+FORWARDED_ENV = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
 
 
 class SubmitError(RuntimeError):
     """The job could not be submitted (bad address, auth, unreadable config)."""
+
+
+def check_durable(raw: dict) -> None:
+    """Raise `SubmitError` (one line naming the field) unless the study file names absolute
+    places for its results and its tracking store (or `tracking_uri: none` / a server)."""
+    output_dir = raw.get("output_dir")
+    if not (isinstance(output_dir, str) and output_dir.strip().startswith("/")):
+        given = "left out (results/<name> by default)" if output_dir is None else f"relative ({output_dir!r})"
+        raise SubmitError(f"output_dir: {given}; on the cluster it would be inside Ray's temporary job folder, "
+                          "which Ray deletes: give an absolute path every node reaches, e.g. /shared/results/<name>")
+    uri = raw.get("tracking_uri", "sqlite:///mlflow.db")
+    text = uri.strip() if isinstance(uri, str) else uri
+    if isinstance(text, str) and text.startswith("sqlite:///") and not text.startswith("sqlite:////"):
+        given = "left out (sqlite:///mlflow.db by default)" if "tracking_uri" not in raw else f"relative ({uri!r})"
+        raise SubmitError(f"tracking_uri: {given}; on the cluster it would be inside Ray's temporary job folder: "
+                          "give http(s)://HOST:PORT of an MLflow server, sqlite:////ABSOLUTE/PATH or none")
 
 
 def job_command(config: Path, working_dir: Path, workers: int | None, extra: list[str]) -> tuple[str, str, dict[str, str]]:
@@ -81,7 +101,8 @@ def submit_study(
         runtime_env={
             "working_dir": str(working_dir),
             "excludes": UPLOAD_EXCLUDES,
-            "env_vars": {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", **config_env},
+            "env_vars": {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1", **config_env,
+                         **{name: os.environ[name] for name in FORWARDED_ENV if os.environ.get(name)}},
         },
         metadata={"study": study_name, "config": config_rel},
     )

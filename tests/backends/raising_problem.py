@@ -30,7 +30,7 @@ def start_ray(hook: str, attempts: Path) -> None:
     import ray
 
     here = str(Path(__file__).parent)
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", runtime_env={
         "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
                      ATTEMPTS_ENV: str(attempts)},
         "worker_process_setup_hook": f"raising_problem.{hook}",
@@ -61,3 +61,44 @@ class DyingProblem(ThreeHumpCamel):
 
 def register_dying() -> None:
     PROBLEMS["dies"] = DyingProblem
+
+
+class SleepingProblem(ThreeHumpCamel):
+    """Its truth computation takes far longer than a run may (a run_timeout_s test)."""
+
+    name: ClassVar[str] = "sleeps"
+
+    def expected_value(self, x):
+        count_attempt()
+        import time
+
+        time.sleep(600)
+
+
+class MemoryHogProblem(ThreeHumpCamel):
+    """Its truth computation takes memory until something kills its process."""
+
+    name: ClassVar[str] = "hogs"
+
+    def expected_value(self, x):
+        count_attempt()
+        import time
+
+        import numpy as np
+
+        held = [np.ones(2**27) for _ in range(int(os.environ.get("WDRBO_TEST_HOG_GB", "4")))]  # 1 GiB each
+        time.sleep(600)
+        return held
+
+
+def register_all() -> None:
+    PROBLEMS.update(raises=RaisingProblem, dies=DyingProblem, sleeps=SleepingProblem, hogs=MemoryHogProblem)
+
+
+def run_registered(spec):
+    """The study's run function, with this module's problems registered in the process it runs
+    in (a pool process imports this module to unpickle it)."""
+    from wdrbo_dist.study import run_captured
+
+    register_all()
+    return run_captured(spec)

@@ -121,9 +121,7 @@ def test_ray_records_a_raising_run_as_failed_once_and_does_not_retry_it(tmp_path
     from raising_problem import ATTEMPTS_ENV, RaisingProblem, start_ray
 
     attempts = tmp_path / "attempts.log"
-    # A local Ray on 127.0.0.1 that lives for this test only; Ray read its auth mode when it was
-    # imported, so it is set to match, not to a token.
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    # A local Ray on 127.0.0.1 that lives for this test only, with token auth (conftest.py).
     monkeypatch.setenv(ATTEMPTS_ENV, str(attempts))
     monkeypatch.setitem(PROBLEMS, "raises", RaisingProblem)  # here, for the config; workers: the hook
     study = parse_study_config(tiny_study(tmp_path, problems=["raises", "newsvendor"], seeds=[1, 2],

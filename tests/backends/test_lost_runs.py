@@ -80,7 +80,6 @@ def test_ray_submits_a_run_whose_worker_keeps_dying_again_then_gives_it_up_as_lo
     from wdrbo_dist.problems import PROBLEMS
 
     attempts = tmp_path / "attempts.log"
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     monkeypatch.setattr(ray_backend, "RESUBMIT_DELAYS_S", QUICK_BACKOFF)
     monkeypatch.setattr(ray_backend, "MAX_RETRIES", 0)  # Ray's own retries: covered by Ray
     monkeypatch.setitem(PROBLEMS, "dies", DyingProblem)
@@ -113,3 +112,34 @@ def test_an_address_that_does_not_answer_is_one_line_and_exit_2_before_any_work(
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and f"--address 127.0.0.1:{port}: nothing answers" in lines[0], out.stderr
     assert not (tmp_path / "out").exists()  # before any work
+
+
+def test_auto_or_ray_address_naming_a_dead_cluster_is_one_line_and_exit_2_with_nothing_written(tmp_path: Path) -> None:
+    import shutil
+    import socket
+    import tempfile
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump(tiny_study(tmp_path / "out")))
+    ray_tmp = Path(tempfile.mkdtemp(prefix="rt", dir="/tmp"))  # what a `ray start` that died left behind
+    (ray_tmp / "ray").mkdir()
+    (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    try:
+        for args, extra, named in (
+            (["--address", "auto"], {"RAY_TMPDIR": str(ray_tmp)}, "--address auto"),
+            ([], {"RAY_ADDRESS": f"127.0.0.1:{port}"}, f"RAY_ADDRESS=127.0.0.1:{port}"),
+        ):
+            started = time.monotonic()
+            out = subprocess.run([CLI, "run", str(config), "--backend", "ray", *args], env=env | extra,
+                                 capture_output=True, text=True, timeout=120)
+            assert out.returncode == 2, out.stderr
+            lines = out.stderr.strip().splitlines()
+            assert len(lines) == 1 and f"{named}: nothing answers at 127.0.0.1:{port}" in lines[0], out.stderr
+            assert time.monotonic() - started < 60
+            assert not (tmp_path / "out").exists()  # no study.json, lock or log
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

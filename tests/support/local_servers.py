@@ -193,15 +193,24 @@ class MlflowServer:
             return False
 
 
-def start_mlflow_server(root: Path, port: int | None = None) -> MlflowServer:
+def start_mlflow_server(root: Path, port: int | None = None, admin_password: str | None = None) -> MlflowServer:
     """`mlflow server` on 127.0.0.1 with a sqlite backend and proxied artifacts under `root`,
-    in a session of its own; started without waiting (see `MlflowServer.up`)."""
+    in a session of its own; started without waiting (see `MlflowServer.up`). With
+    `admin_password`, MLflow's basic-auth app guards it: user `admin`, that password."""
     port = port or free_port()
     log = root / "server.log"
+    env, auth = _mlflow_server_env(), []
+    if admin_password is not None:
+        (root / "basic_auth.ini").write_text(
+            f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{root}/basic_auth.db\n"
+            f"admin_username = admin\nadmin_password = {admin_password}\n"
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+        env["MLFLOW_AUTH_CONFIG_PATH"] = str(root / "basic_auth.ini")
+        auth = ["--app-name", "basic-auth"]
     process = subprocess.Popen(
-        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1", *auth,
          "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination", str(root / "artifacts")],
-        cwd=root, env=_mlflow_server_env(), stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=root, env=env, stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     return MlflowServer(f"http://127.0.0.1:{port}", process, log)
 

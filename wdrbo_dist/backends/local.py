@@ -2,17 +2,20 @@
 
 Processes are spawned (not forked): forking a driver that already holds torch's thread pools
 is unsafe. Pool processes ignore SIGINT, so Ctrl-C reaches only the driver, which cancels the
-queue and terminates the pool. A pool process that dies (killed, out of memory) breaks the
-pool: the pool is rebuilt and the runs that were in flight are submitted again after a
-back-off (`RESUBMIT_DELAYS_S`); a run whose process keeps dying is given up as lost for this
-command, not FAILED, as on Ray.
+queue and terminates the pool. A pool process that dies (killed) breaks the pool: the pool is
+rebuilt and the runs in flight are submitted again after a back-off (`RESUBMIT_DELAYS_S`), then
+given up as lost, as on Ray. As on Ray, a task that cannot be set up in its process (an import)
+and a run whose process the kernel killed for memory twice are FAILED with their reason.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
+import tempfile
+import traceback
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -24,6 +27,45 @@ from wdrbo_dist.backends.task import (
     RESUBMIT_DELAYS_S, Hook, Outcome, Resubmissions, RunFunction, Task, execute, failed_outcome, lost_outcome,
     stamped,
 )
+
+MEMORY_KILLS = 2  # a run whose process the kernel killed for memory this often is FAILED
+
+
+def _execute_here(payload: bytes, marks: str) -> Outcome | str:
+    """`execute` in a pool process, with (task, run, hook) unpickled here, so that an import
+    that fails is this task's error (a string), not a broken pool. Leaves its run key under
+    `marks`, named by this process's id, for the driver to find should the process die."""
+    try:
+        task, run, hook = pickle.loads(payload)
+    except Exception:  # noqa: BLE001 - a module missing here, a class that moved
+        return traceback.format_exc(limit=2).strip().splitlines()[-1]
+    with open(os.path.join(marks, str(os.getpid())), "w") as mark:
+        mark.write(task.spec.run_key)
+    return execute(task, run, hook)
+
+
+def _memory_kills_so_far() -> int:
+    """The kernel's count of processes it killed for memory (/proc/vmstat), 0 where unknown."""
+    try:
+        with open("/proc/vmstat") as stats:
+            return next((int(line.split()[1]) for line in stats if line.startswith("oom_kill ")), 0)
+    except OSError:
+        return 0
+
+
+def _killed_for_memory(pool: ProcessPoolExecutor, marks: str, oom_before: int) -> list[str]:
+    """Run keys whose pool process died of SIGKILL while the kernel's OOM count rose."""
+    if _memory_kills_so_far() <= oom_before:
+        return []
+    keys = []
+    for pid, process in getattr(pool, "_processes", {}).items():
+        if process.exitcode == -signal.SIGKILL:
+            try:
+                with open(os.path.join(marks, str(pid))) as mark:
+                    keys.append(mark.read())
+            except OSError:
+                pass
+    return keys
 from wdrbo_dist.threads import THREAD_VARIABLES
 
 
@@ -74,17 +116,26 @@ def map_local(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook 
 
 
 def _map_local(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook | None) -> Iterator[Outcome]:
+    with tempfile.TemporaryDirectory(prefix="wdrbo-pool-") as marks:
+        yield from _map_pool(tasks, workers, run, hook, marks)
+
+
+def _map_pool(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook | None,
+              marks: str) -> Iterator[Outcome]:
     queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
     waiting = Resubmissions(RESUBMIT_DELAYS_S)
     pool = _new_pool(workers)
     running: dict[Future, tuple[Task, int, float]] = {}
+    memory_kills: dict[str, int] = {}
+    oom_before = _memory_kills_so_far()
     completed = False
     try:
         while queue or running or waiting:
             queue.extendleft(reversed(waiting.due()))
             while queue and len(running) < workers:
                 task, attempt = queue.popleft()
-                running[pool.submit(execute, task, run, hook)] = (task, attempt, time.monotonic())
+                payload = pickle.dumps((task, run, hook))
+                running[pool.submit(_execute_here, payload, marks)] = (task, attempt, time.monotonic())
             if not running:
                 time.sleep(waiting.seconds_to_next())
                 continue
@@ -100,16 +151,27 @@ def _map_local(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook
                 except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable result
                     yield stamped(failed_outcome(task, f"{type(exc).__name__}: {exc}", attempt), submitted)
                     continue
+                if isinstance(outcome, str):
+                    why = f"the task could not be set up in its pool process: {outcome}"
+                    yield stamped(failed_outcome(task, why, attempt), submitted)
+                    continue
                 outcome.attempts = attempt
                 yield stamped(outcome, submitted)
             if broken:
                 # Every run in flight is lost with a broken pool: submit them again in a new one.
                 broken += list(running.values())
                 running.clear()
+                for key in _killed_for_memory(pool, marks, oom_before):
+                    memory_kills[key] = memory_kills.get(key, 0) + 1
+                oom_before = _memory_kills_so_far()
                 _terminate(pool)
                 pool = _new_pool(workers)
                 for task, attempt, submitted in broken:
-                    if not waiting.add(task, attempt):
+                    kills = memory_kills.get(task.spec.run_key, 0)
+                    if kills >= MEMORY_KILLS:
+                        why = f"out of memory: the kernel killed this run's process for memory {kills} times"
+                        yield stamped(failed_outcome(task, why, attempt), submitted)
+                    elif not waiting.add(task, attempt):
                         reason = f"its worker process died {attempt} times (killed or out of memory)"
                         yield stamped(lost_outcome(task, reason, attempt), submitted)
         completed = True

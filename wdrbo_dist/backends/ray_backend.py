@@ -1,13 +1,12 @@
 """The Ray backend: one Ray task per run, on a local Ray or on a cluster.
 
-Each task reserves the algorithm's `num_cpus` / `num_gpus` and pins torch to that many threads.
-An error raised by the run itself is captured in its result and never retried (it would fail
-again). Everything else is the infrastructure's: Ray retries a task whose worker or node died
-(`max_retries`), and when Ray gives up (or an object is lost, or a worker ran out of memory)
-the driver submits the run again after a back-off (`RESUBMIT_DELAYS_S`), then gives it up as
-lost, never FAILED. When the cluster itself is gone (the driver's raylet died, or the head's
-GCS stops answering: Ray would end the driver process after 60 s) `ClusterGone` is raised,
-before Ray gets that far. At most `workers` tasks are in flight, longest expected first.
+Each task reserves the algorithm's `num_cpus` / `num_gpus` (checked against the nodes before any
+run) and pins torch to that many threads. The run's own error, a task that cannot be set up
+(runtime environment, import) and a run killed for memory twice are FAILED with their reason.
+Everything else is the infrastructure's: Ray retries a task whose worker or node died, then the
+driver submits it again after a back-off (`RESUBMIT_DELAYS_S`) and then gives it up as lost,
+never FAILED. A cluster that is gone raises `ClusterGone` before Ray would end the driver. The
+local Ray of the runner's own listens on 127.0.0.1 only; at most `workers` tasks are in flight.
 """
 
 from __future__ import annotations
@@ -21,15 +20,19 @@ import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from wdrbo_dist.backends.task import (
-    RESUBMIT_DELAYS_S, ClusterGone, Hook, Outcome, Resubmissions, RunFunction, Task, execute, lost_outcome, stamped,
+    RESUBMIT_DELAYS_S, ClusterGone, Hook, Outcome, Resubmissions, RunFunction, Task, execute, failed_outcome,
+    lost_outcome, stamped,
 )
 
 MAX_RETRIES = 3  # Ray's own retries of a task whose worker process or node died
 GCS_SILENCE_S = 15.0  # the head's GCS refusing connections this long means the cluster is gone
 POLL_S = 1.0  # how often the driver looks up from ray.wait to check the cluster
+MEMORY_KILLS = 2  # a run killed for memory this often is FAILED: it would be killed again
+LOCAL_HOST = "127.0.0.1"  # where the runner's own Ray listens
 
 
 class ClusterUnreachable(RuntimeError):
@@ -39,11 +42,16 @@ class ClusterUnreachable(RuntimeError):
 def _prepare_environment() -> None:
     """Settings every Ray process started from here inherits."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # A task Ray's memory monitor killed comes back to the driver at once (Ray would retry it
+    # within max_retries), which counts memory kills per run (`MEMORY_KILLS`).
+    os.environ.setdefault("RAY_task_oom_retries", "0")
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
     """HOST and PORT of `HOST:PORT` or `ray://HOST:PORT`; None for `auto` and the like."""
     text = address.removeprefix("ray://")
+    if "://" in text:  # another scheme (a dashboard's http://): Ray judges it
+        return None
     host, _, port = text.rpartition(":")
     if not host or not port.isdigit():
         return None
@@ -58,17 +66,64 @@ def _answers(host: str, port: int, timeout_s: float = 3.0) -> bool:
         return False
 
 
-def check_address(address: str | None, timeout_s: float = 5.0) -> None:
-    """Raise `ClusterUnreachable` (one line) when a HOST:PORT address does not answer."""
+def cluster_address(address: str | None) -> tuple[str, str] | None:
+    """(what named it, HOST:PORT or ray://...) of the cluster `address` or RAY_ADDRESS names;
+    None for a Ray of the runner's own. `auto` reads what `ray start` recorded on this machine."""
+    env = os.environ.get("RAY_ADDRESS") or None
+    if address in (None, "auto") and env:
+        return f"RAY_ADDRESS={env}", env
     if address is None:
-        return
-    target = _host_port(address)
+        return None
+    if address != "auto":
+        return f"--address {address}", address
+    from ray._private.services import find_bootstrap_address
+
+    recorded = find_bootstrap_address(None)
+    if not recorded:
+        raise ClusterUnreachable("--address auto: no Ray cluster was started on this machine (`ray start` "
+                                 "records one); give the head's HOST:PORT or leave --address out")
+    return "--address auto", recorded
+
+
+def check_address(address: str | None, timeout_s: float = 5.0) -> None:
+    """Raise `ClusterUnreachable` (one line) when the cluster that `address`, `auto` or
+    RAY_ADDRESS names does not answer within `timeout_s`; writes nothing."""
+    named = cluster_address(address)
+    target = _host_port(named[1]) if named else None
     if target is not None and not _answers(*target, timeout_s=timeout_s):
         raise ClusterUnreachable(
-            f"--address {address}: nothing answers at {target[0]}:{target[1]}; "
+            f"{named[0]}: nothing answers at {target[0]}:{target[1]} within {timeout_s:g} s; "
             "give the head's GCS address (`ray start --head` prints it) or leave --address out "
             "to start a Ray of this machine's own"
         )
+
+
+class ResourcesUnfit(ClusterUnreachable):
+    """A run asks for more than any node of the cluster has: it would wait forever."""
+
+
+def _local_cpus(tasks: Sequence[Task], workers: int) -> int:
+    return max(1, math.ceil(workers * max(t.num_cpus for t in tasks)))
+
+
+def check_resources(tasks: Sequence[Task], workers: int, address: str | None = None) -> None:
+    """Connect (the Ray stays up for `map_ray`) and raise `ResourcesUnfit` (one line naming the
+    algorithm and the resource) unless every task fits some node that is alive now."""
+    import ray
+
+    if not tasks:
+        return
+    connect(address, num_cpus=_local_cpus(tasks, workers))
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    cpus, gpus = (max((n.get(k, 0.0) for n in nodes), default=0.0) for k in ("CPU", "GPU"))
+    for task in {(t.spec.algorithm_label, t.num_cpus, t.num_gpus): t for t in tasks}.values():
+        if any(n.get("CPU", 0.0) >= task.num_cpus and n.get("GPU", 0.0) >= task.num_gpus for n in nodes):
+            continue
+        what = (f"resources.num_cpus {task.num_cpus:g} (the largest node has {cpus:g})" if task.num_cpus > cpus else
+                f"resources.num_gpus {task.num_gpus:g} (the largest node has {gpus:g})" if task.num_gpus > gpus else
+                f"resources num_cpus {task.num_cpus:g} with num_gpus {task.num_gpus:g} together")
+        raise ResourcesUnfit(f"algorithm {task.spec.algorithm_label}: {what} fits no node of the Ray cluster, "
+                             "so its runs would wait forever; lower it in the study file or add such a node")
 
 
 def connect(address: str | None, num_cpus: int | None = None) -> bool:
@@ -76,6 +131,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
 
     Returns True when this call initialised Ray (so the caller should shut it down).
     """
+    global _owned
     import ray
 
     if ray.is_initialized():
@@ -85,19 +141,48 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
     if address is None and not os.environ.get("RAY_ADDRESS"):
         # "local": a Ray of our own, never the cluster a `ray start` recorded in Ray's temp
         # folder (a dead one made ray.init fail, a live one would take our runs).
-        kwargs.update(address="local", num_cpus=num_cpus, include_dashboard=False)
+        kwargs.update(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address=LOCAL_HOST)
     elif address is not None:
         kwargs["address"] = address  # else: RAY_ADDRESS names the cluster (e.g. inside a Ray job)
     try:
-        ray.init(**kwargs)
+        with _loopback_only(kwargs.get("address") == "local"):
+            ray.init(**kwargs)
     except ConnectionError as exc:
         raise ClusterUnreachable(f"--address {address or os.environ.get('RAY_ADDRESS')}: {_describe(exc)}") from None
+    _owned = True
     return True
+
+
+_owned = False  # `connect` started or joined the Ray of this process: `map_ray` shuts it down
+
+
+@contextmanager
+def _loopback_only(local: bool) -> Iterator[None]:
+    """A Ray of our own takes 127.0.0.1 as its node's address, so that its GCS, raylet, object
+    store and workers listen there only. On Linux Ray 2.60 resolves 127.0.0.1 to the machine's
+    address, and its servers then listen on every interface; the switch it keeps for macOS and
+    Windows (single-machine Ray) keeps the loopback. Checked by tests/backends/test_ray_local.py."""
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = saved and not local
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
 
 
 def _describe(exc: BaseException) -> str:
     text = " ".join(str(exc).split())[:300]
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _setup_error(exc: BaseException) -> str:
+    """The last line of a task's set-up error that says what went wrong (a RayTaskError holds
+    the worker's traceback)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    cause = next((line for line in reversed(lines) if "Error" in line or "error" in line), lines[-1] if lines else "")
+    return f"{type(exc).__name__}: {cause[:300]}"
 
 
 class _GcsWatch:
@@ -152,9 +237,10 @@ def map_ray(
 
     if not tasks:
         return
-    per_task = max(t.num_cpus for t in tasks)
-    started = connect(address, num_cpus=max(1, math.ceil(workers * per_task)))
+    global _owned
+    connect(address, num_cpus=_local_cpus(tasks, workers))
     remote = ray.remote(execute)
+    memory_kills: dict[str, int] = {}
     queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
     waiting = Resubmissions(RESUBMIT_DELAYS_S)
     pending: dict[Any, tuple[Task, int, float]] = {}
@@ -188,6 +274,20 @@ def map_ray(
                 except ray.exceptions.LocalRayletDiedError as exc:
                     gone = True
                     raise ClusterGone(f"this machine's Ray node died ({_describe(exc)[:120]})") from None
+                except ray.exceptions.OutOfMemoryError as exc:
+                    kills = memory_kills[task.spec.run_key] = memory_kills.get(task.spec.run_key, 0) + 1
+                    if kills >= MEMORY_KILLS:
+                        reason = f"out of memory: Ray killed this run's worker for memory {kills} times"
+                        yield stamped(failed_outcome(task, f"{reason} ({_describe(exc)})", attempt), submitted)
+                    elif not waiting.add(task, attempt):
+                        yield stamped(lost_outcome(task, _describe(exc), attempt), submitted)
+                    continue
+                except (ray.exceptions.RuntimeEnvSetupError, ray.exceptions.RayTaskError) as exc:
+                    # The task reached a worker and could not start there (its runtime
+                    # environment, an import): it would fail again, so it is FAILED with why.
+                    why = f"the task could not be set up on its Ray worker: {_setup_error(exc)}"
+                    yield stamped(failed_outcome(task, why, attempt), submitted)
+                    continue
                 except (ray.exceptions.RayError, OSError) as exc:
                     # Not the run's error (execute captures those): a process, node or object
                     # the infrastructure lost. Submit again after a back-off, or give it up.
@@ -205,5 +305,6 @@ def map_ray(
                     ray.cancel(ref, force=True)
                 except Exception:  # noqa: BLE001 - cancelling is best effort on the way out
                     pass
-            if started:
+            if _owned:
                 ray.shutdown()
+                _owned = False

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import heapq
 import os
+import signal
+import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +38,7 @@ class Task:
     num_cpus: float = 1.0  # what the scheduler reserves (Ray)
     num_gpus: float = 0.0
     expected_cost: float = 1.0  # relative, for longest-first order and the ETA
+    timeout_s: float | None = None  # the study's run_timeout_s: past it the run is FAILED
 
 
 @dataclass
@@ -71,15 +75,50 @@ def set_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+class RunTimedOut(Exception):
+    """The run passed its `timeout_s`: raised inside the run, by an alarm of its own process."""
+
+
+def timed_out_reason(seconds: float) -> str:
+    return f"timed out after {seconds:g} s (run_timeout_s)"
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise `RunTimedOut` in this (main) thread once `seconds` have passed, and again every
+    second after that, should the run swallow one; nothing without a limit or off the main thread."""
+    if not seconds or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def alarm(signum, frame):
+        raise RunTimedOut(timed_out_reason(seconds))
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def execute(task: Task, run: RunFunction, hook: Hook | None = None) -> Outcome:
     """Run one task where it lands (driver, pool process or Ray worker), then the hook.
 
     The run's errors are a FAILED result (never an exception), so that a deterministic error
-    is recorded once and not retried; only a dying process is retried.
+    is recorded once and not retried; only a dying process is retried. A run past
+    `task.timeout_s` is FAILED too ("timed out after N s"), and its process is free again.
     """
     set_threads(task.threads)
     keep_freed_memory()
-    result = run(task.spec)
+    started = time.perf_counter()
+    try:
+        with time_limit(task.timeout_s):
+            result = run(task.spec)
+    except RunTimedOut as exc:  # it reached the run's own error handling: the same verdict
+        result = RunResult(spec=task.spec, status="FAILED", error=f"RunTimedOut: {exc}",
+                           wall_time_s=time.perf_counter() - started)
     outcome = Outcome(task=task, result=result)
     if hook is not None:
         try:

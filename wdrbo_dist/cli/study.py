@@ -183,11 +183,12 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be an integer >= 1, got {args.workers}")
     study = _load(args.config)  # validated here, before anything is uploaded
-    for field, value in (("output_dir", study.raw.get("output_dir")), ("tracking_uri", study.raw.get("tracking_uri"))):
-        if value is None or (isinstance(value, str) and not (value.startswith(("/", "http", "sqlite:////")) or value == "none")):
-            print(f"note: {field} is relative; on the cluster it resolves inside the job's temporary working dir",
-                  file=sys.stderr)
-    from wdrbo_dist.submit import SubmitError, submit_study
+    from wdrbo_dist.submit import SubmitError, check_durable, submit_study
+
+    try:
+        check_durable(study.raw)  # results never go to Ray's temporary job folder
+    except SubmitError as exc:
+        raise UsageError(f"{args.config}: {exc}") from None
 
     extra = (["--force"] if args.force else []) + (["--rerun-failed"] if args.rerun_failed else []) + ["--quiet"]
     from wdrbo_dist.cli.library_logs import library_logs_to, log_file, mention
