@@ -1,17 +1,18 @@
 """Variants of one method run on the same seeds and compared: same method? At what speed?
 
 A variant is a set of option settings: `--variant NAME:key=value,key=value` (values read as
-`--option` reads them; `NAME:` alone is the profile's defaults), or a preset (`--preset`: the
-numerical routes the package offers, with the cells that show them). Every (algorithm, problem)
-cell runs every variant on the same seeds (paired: each seed's runs share the initial design
+`--option` reads them; `NAME:` alone is the profile's defaults), or a preset (`--preset`: a
+comparison with the cells that show it). Options are science (hyperparameters, the published
+code's faults); numerical routes are NumericalSettings, chosen by the run's device, not options.
+Every (algorithm, problem) cell runs every variant on the same seeds (paired: each seed's runs share the initial design
 and the context draws) and prints per variant the mean run time and final cumulative regret,
 and against the first variant the paired time ratio, the paired regret difference with a
 two-sided Wilcoxon test, and on how many seeds the records (machine columns aside) are the
 same to the bit.
 
-Two routes that agree to rounding give a few BO steps of the same trajectory, then part ways,
+Two variants that agree to rounding give a few BO steps of the same trajectory, then part ways,
 so they are "the same method" when the results' distribution over seeds is the same; with 6
-seeds the smallest possible p is 0.031. Routes that must give the same bits (`adam_gradient`,
+seeds the smallest possible p is 0.031. Process settings that must give the same bits (`adam_gradient`,
 `allocator`) must show the records identical on every seed.
 
 Beside the run options, two settings of the process that runs (each run then gets a fresh
@@ -19,10 +20,10 @@ process, with a short warm-up run before the timed one; the runner's setting is 
     allocator=kept|default         glibc's thresholds raised (wdrbo_dist/allocator.py) or not
     adam_gradient=direct|autograd  Adam takes the closed-form x-gradient or autograd's
 
-    .venv/bin/python benchmarks/paired.py --preset mmd-solver                  # DRBO-MMD's inner solvers
-    .venv/bin/python benchmarks/paired.py --preset context-basis --problems ackley newsvendor --seeds 10
+    .venv/bin/python benchmarks/paired.py --preset mmd-solver                  # DRBO-MMD's conic solvers
+    .venv/bin/python benchmarks/paired.py --preset mmd-solver --problems ackley newsvendor --seeds 10
     .venv/bin/python benchmarks/paired.py --algorithms wdrbo --problems ackley \\
-        --variant paper: --variant torch:adam_pass=torch,context_forms=false
+        --variant paper: --variant detached:wdrbo_L_detached=true
     .venv/bin/python benchmarks/paired.py --preset allocator --dry-run         # the runs, not run
 """
 
@@ -59,7 +60,7 @@ ALL_ALGORITHMS = ["erbo", "wdrbo", "gp-ucb", "sbo-kde", "drbo-kde", "drbo-mmd", 
 
 @dataclass(frozen=True)
 class Preset:
-    """A comparison of the package's routes: what it compares, its default cells and its variants
+    """A comparison: what it compares, its default cells and its variants
     (in --variant's syntax, so that the help shows how to write it by hand)."""
 
     about: str
@@ -72,65 +73,11 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "context-basis": Preset(
-        "the GP's context sets: n(n+1)/2 pair products and an [n, n] form per candidate, or a numerical "
-        "basis of the context vectors (option context_basis; ~1e-11 apart)",
-        ["erbo", "wdrbo", "sbo-kde"], ["ackley"], 6, ["pairs:context_basis=false", "basis:context_basis=true"]),
-    "basis-tolerance": Preset(
-        "the basis's rank cut: numpy's (sigma_1 * rows * eps) or sigma_1 * 1e-11 (option basis_tolerance); "
-        "it matters on two context dimensions",
-        ["sbo-kde", "drbo-kde", "drbo-mmd-minimax"], ["modified-branin", "portfolio-uniform", "portfolio-normal"], 8,
-        ["numpy:basis_tolerance=0.0", "1e-11:basis_tolerance=1e-11"]),
-    "basis-cut": Preset(
-        "the basis's cut at sigma_1 * 1e-11 and a box's basis at numpy's rank, or both at sigma_1 * 1e-9 "
-        "(options basis_tolerance, region_tolerance)",
-        ["erbo", "wdrbo", "sbo-kde"], ["ackley"], 6,
-        ["1e-11:basis_tolerance=1e-11,region_tolerance=0.0", "1e-9:basis_tolerance=1e-9,region_tolerance=1e-9"]),
-    "basis-forms": Preset(
-        "how the basis route forms its candidates' B_b: one small product per candidate or one product with "
-        "V^T for all (option basis_forms; ~1e-15 apart)",
-        ["erbo", "wdrbo", "sbo-kde"], ["ackley"], 6, ["batched:basis_forms=batched", "one-product:basis_forms=one_product"]),
-    "context-forms": Preset(
-        "the variance at (candidate, context) pairs in an Adam step: pair products and autograd, or an [n, n] "
-        "form per candidate with a closed-form gradient (option context_forms; ~1e-15 apart)",
-        ["erbo", "wdrbo", "sbo-kde", "drbo-kde", "drbo-mmd", "drbo-mmd-minimax", "stableopt"], ["modified-branin"], 6,
-        ["pairs:context_forms=false", "forms:context_forms=true"]),
-    "gp-objective": Preset(
-        "the GP fit's MAP objective: NumPy's or the compiled kernels (option gp_objective; ~1e-13 apart)",
-        ["erbo", "wdrbo", "gp-ucb", "sbo-kde"], ["ackley", "newsvendor", "modified-branin"], 8,
-        ["numpy:gp_objective=numpy", "compiled:gp_objective=compiled"]),
-    "adam-pass": Preset(
-        "the Adam step's acquisition and x-gradient: torch's autograd or the compiled kernels (option adam_pass; "
-        "~1e-12 apart)",
-        ["erbo", "wdrbo"], ["ackley", "newsvendor"], 10, ["torch:adam_pass=torch", "compiled:adam_pass=compiled"]),
-    "lipschitz-gradient": Preset(
-        "WDRBO's x-gradient of L(x): autograd's double backward or the closed form, both on torch's pass "
-        "(option wdrbo_L_gradient)",
-        ["wdrbo"], ["ackley", "newsvendor"], 10,
-        ["autograd:wdrbo_L_gradient=autograd,adam_pass=torch", "analytic:wdrbo_L_gradient=analytic,adam_pass=torch"]),
-    "minimax-sparse": Preset(
-        "the minimax's compiled backward pass over every grid point or over the points of nonzero weight "
-        "(option minimax_sparse_gradient)",
-        ["drbo-mmd-minimax"], ["ackley", "newsvendor"], 10,
-        ["dense:minimax_sparse_gradient=false", "sparse:minimax_sparse_gradient=true"]),
-    "stable-gradient": Preset(
-        "StableOpt's value and x-gradient at the minimising contexts: torch's posterior and autograd or the pair "
-        "kernel (option stable_compiled_gradient)",
-        ["stableopt"], ["ackley", "newsvendor"], 10,
-        ["torch:stable_compiled_gradient=false", "kernel:stable_compiled_gradient=true"]),
-    "fresh-exp": Preset(
-        "the fresh contexts' exponentials in StableOpt's and DRBO-KDE's compiled calls: libm or a polynomial "
-        "within 1 ulp (option fresh_exp)",
-        ["stableopt", "drbo-kde"], ["ackley", "newsvendor"], 10, ["libm:fresh_exp=libm", "polynomial:fresh_exp=polynomial"]),
     "mmd-solver": Preset(
-        "DRBO-MMD's inner solve: certified restricted programs by mmd_ipm.py or by Clarabel, the complete "
-        "program by Clarabel, or by SCS at eps 1e-5 (the published solver). The worst case has one value but "
-        "an ill-conditioned minimiser, so the envelope gradient, and the trajectory, differ early",
-        ["drbo-mmd"], ["ackley"], 6,
-        ["compiled:mmd_solver=CLARABEL,mmd_equilibrate=false,mmd_working_set=true,mmd_restricted_solver=compiled",
-         "working-set:mmd_solver=CLARABEL,mmd_equilibrate=false,mmd_working_set=true,mmd_restricted_solver=clarabel",
-         "clarabel:mmd_solver=CLARABEL,mmd_equilibrate=false,mmd_working_set=false",
-         "scs:mmd_solver=SCS,mmd_equilibrate=true,mmd_working_set=false"]),
+        "DRBO-MMD's conic solver: Clarabel (both profiles) or SCS at eps 1e-5 (the published solver, option "
+        "mmd_solver). The worst case has one value but an ill-conditioned minimiser, so the envelope gradient, "
+        "and the trajectory, differ early",
+        ["drbo-mmd"], ["ackley"], 6, ["clarabel:mmd_solver=CLARABEL", "scs:mmd_solver=SCS"]),
     "adam-gradient": Preset(
         "Adam's gradient from the compiled kernel directly or through torch's autograd: the same bits, "
         "at what speed?",
@@ -369,7 +316,7 @@ def main() -> None:
                         for name, p in PRESETS.items())
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=f"presets (their cells: --preset NAME --dry-run):\n{presets}")
-    parser.add_argument("--preset", choices=list(PRESETS), help="a comparison of the package's routes, with its cells")
+    parser.add_argument("--preset", choices=list(PRESETS), help="a comparison, with its cells")
     parser.add_argument("--variant", action="append", type=variant, default=[], metavar="NAME:key=value,...",
                         help="a variant (at least two, or a preset); the first is the reference")
     parser.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS), help="default: the preset's")

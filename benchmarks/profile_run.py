@@ -8,7 +8,7 @@ num_cpus=1 runs.
 
     .venv/bin/python benchmarks/profile_run.py                      # every algorithm, Ackley, 100 evaluations
     .venv/bin/python benchmarks/profile_run.py --algorithms wdrbo erbo --evaluations 60
-    .venv/bin/python benchmarks/profile_run.py --algorithms sbo-kde --option context_basis=true
+    .venv/bin/python benchmarks/profile_run.py --algorithms sbo-kde --option kde_samples=1024
 
 Columns (ms per BO step): fit = `fit_gp`; build = the algorithm's `acquisition(...)` (features,
 Cholesky products, Lipschitz points); screen = the raw-sample pass of `maximize_acquisition`;

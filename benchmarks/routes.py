@@ -1,7 +1,8 @@
 """The numerical routes one call at a time: how far from a direct solve, and how fast.
 
-`paired.py` compares whole runs of two routes over seeds; this measures what sets the
-constants that choose between them (one thread, random or fitted data, seed 0):
+Each route is a field of NumericalSettings (wdrbo_dist/settings.py); this measures, on models
+built on each, what sets the constants that choose between them (one thread, random or fitted
+data, seed 0):
 
     accuracy     how far each rank cut's posterior variances are from a direct solve
                  (`GaussianProcess.posterior`), beside the V = I route's (an [n, n] form)
@@ -25,10 +26,19 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 from wdrbo_dist.threads import default_thread_environment
 
 default_thread_environment(1)  # one thread, set before NumPy or torch is imported
+
+from wdrbo_dist.settings import NumericalSettings  # noqa: E402
+
+# The routes are NumericalSettings (a run's come from its device); this measures one against
+# another on models built on each: PAIRS, the pair products and NumPy's objective, then one
+# route at a time replaced (dataclasses.replace).
+PAIRS = NumericalSettings(context_basis=False, basis_tolerance=0.0, region_tolerance=0.0, basis_forms="batched",
+                          context_forms=False, gp_objective="numpy")
 
 ACCURACY_TOLERANCES = (0.0, 1e-11, 1e-10, 1e-9, 1e-8)
 SIZES = (10, 20, 40, 60, 80, 99)
@@ -46,7 +56,7 @@ def _fitted(name: str, points: int):  # type: ignore[no-untyped-def]
     generator = torch.Generator().manual_seed(0)
     x = torch.rand(points, problem.dim_x, generator=generator, dtype=torch.float64)
     observed = problem.observe(x, generator)
-    model, _ = fit_gp(torch.cat([x, observed.context], -1), observed.y, generator)
+    model, _ = fit_gp(torch.cat([x, observed.context], -1), observed.y, generator, PAIRS)
     return problem, x, observed, model, generator
 
 
@@ -114,7 +124,8 @@ def region(problems: list[str], points: int = 99, contexts: int = 1024) -> None:
         cells = []
         for tolerance in ACCURACY_TOLERANCES:
             model = GaussianProcess(fitted.train_x, fitted.train_y, fitted.lengthscale, fitted.noise,
-                                    fitted.mean_constant, context_basis=True, region_tolerance=tolerance)
+                                    fitted.mean_constant,
+                                    settings=replace(PAIRS, context_basis=True, region_tolerance=tolerance))
             found = model.region_basis(box)
             if found is None:
                 cells.append(f"{'no region (grid too large)':>44}")
@@ -159,7 +170,7 @@ def forms_step(
             x0 = torch.rand(candidates, 2, generator=generator, dtype=torch.float64)
             times = []
             for forms in (False, True):
-                model = gp.GaussianProcess(train, y, lengthscale, 1e-3, 0.0, context_forms=forms)
+                model = gp.GaussianProcess(train, y, lengthscale, 1e-3, 0.0, settings=replace(PAIRS, context_forms=forms))
                 features = model.context_features(c, points)
 
                 def call() -> None:
@@ -187,7 +198,8 @@ def adam_step(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 300) -> dic
     generator = torch.Generator().manual_seed(0)
     train = torch.rand(n, 1 + dim_c, generator=generator, dtype=torch.float64)
     model = GaussianProcess(train, torch.randn(n, generator=generator, dtype=torch.float64),
-                            torch.tensor([0.2] + [0.3] * dim_c, dtype=torch.float64), 1e-3, 0.1, context_basis=True)
+                            torch.tensor([0.2] + [0.3] * dim_c, dtype=torch.float64), 1e-3, 0.1,
+                            settings=replace(PAIRS, context_basis=True))
     nodes, weights = train[:, 1:], torch.full((n,), 1.0 / n, dtype=torch.float64)
     points = torch.rand(100, dim_c, generator=generator, dtype=torch.float64)
     radius = 0.3 / n**0.5
@@ -242,7 +254,8 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
     generator = torch.Generator().manual_seed(0)
     train = torch.rand(n, 2 + dim_c, generator=generator, dtype=torch.float64)
     model = GaussianProcess(train, torch.randn(n, generator=generator, dtype=torch.float64),
-                            torch.tensor([0.2, 0.2] + [0.3] * dim_c, dtype=torch.float64), 1e-3, 0.1, context_basis=True)
+                            torch.tensor([0.2, 0.2] + [0.3] * dim_c, dtype=torch.float64), 1e-3, 0.1,
+                            settings=replace(PAIRS, context_basis=True))
     box = torch.tensor([[0.0] * dim_c, [1.0] * dim_c], dtype=torch.float64)
     samples = torch.rand(1024, dim_c, generator=generator, dtype=torch.float64)
     grid = context_grid(box, 1024, False)
@@ -294,8 +307,8 @@ def fit_times(repeats: int = 20) -> None:
         generator = torch.Generator().manual_seed(n)
         x = torch.rand(n, 3, generator=generator, dtype=torch.float64)
         y = torch.sin(6 * x).sum(-1) + 0.1 * torch.randn(n, generator=generator, dtype=torch.float64)
-        fits = [best_seconds(lambda c=compiled: fit_gp(x, y, torch.Generator().manual_seed(0), compiled_objective=c),
-                             repeats) for compiled in (False, True)]
+        fits = [best_seconds(lambda r=route: fit_gp(x, y, torch.Generator().manual_seed(0), replace(PAIRS, gp_objective=r)),
+                             repeats) for route in ("numpy", "compiled")]
         host_x, host_y = x.numpy(), standardize(y)[0].numpy()
         theta = np.array([0.3, 0.4, 0.5, 0.01, 0.1])
         objectives = (MapObjective(host_x, host_y, lengthscale_prior(3)),

@@ -56,6 +56,7 @@ from wdrbo_dist.cli.usage import UsageError  # noqa: E402
 from wdrbo_dist.models.fit import fit_gp, standardize  # noqa: E402
 from wdrbo_dist.models.map_objective import MapObjective, lengthscale_prior  # noqa: E402
 from wdrbo_dist.problems import make_problem  # noqa: E402
+from wdrbo_dist.settings import NumericalSettings  # noqa: E402
 
 CANDIDATES = 256
 
@@ -149,7 +150,7 @@ def replay(args: argparse.Namespace) -> None:
         inputs = torch.cat([x[:t], c[:t]], -1) if algo.uses_context else x[:t]
         state = BOState(x[:t], c[:t], y[:t])
         g = torch.Generator().manual_seed(args.seed + t)
-        model, _ = fit_gp(inputs, y[:t], g)
+        model, _ = fit_gp(inputs, y[:t], g, NumericalSettings.for_run("cpu", "reference"))  # our run's routes
         y_std, _, _ = standardize(y[:t])
         objective = MapObjective(inputs.numpy(), y_std.numpy(), lengthscale_prior(inputs.shape[1]))
         ours_theta = np.concatenate([model.lengthscale.numpy(), [model.noise, model.mean_constant]])
