@@ -206,6 +206,7 @@ def start_mlflow_server(root: Path, port: int | None = None, admin_password: str
             f"admin_username = admin\nadmin_password = {admin_password}\n"
             "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
         env["MLFLOW_AUTH_CONFIG_PATH"] = str(root / "basic_auth.ini")
+        env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = secrets.token_hex(16)  # its CSRF protection's key
         auth = ["--app-name", "basic-auth"]
     process = subprocess.Popen(
         [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1", *auth,
