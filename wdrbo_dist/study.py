@@ -214,7 +214,8 @@ def run_study(
     and `ctrl_c` guards the loop: the command line's, none by default.
     Raises, before any work: `FolderUnusable` for an output folder that cannot be written,
     `OtherStudy` for one that holds another study, `FolderInUse` while another driver holds it,
-    `TrackingError` or `ClusterUnreachable` for a store or an address that does not answer.
+    `TrackingError` or `ClusterUnreachable` for a store or an address that does not answer
+    (`ResourcesUnfit`, one of those, for a run no node of the Ray can place).
     `OutputWriteError` when the folder cannot be written at start (a full disk); later, the
     report's `write_error` says so.
     """
@@ -226,7 +227,8 @@ def run_study(
         from wdrbo_dist.backends.ray_backend import check_address, check_resources
 
         check_address(address)
-        check_resources(make_tasks(study, study.runs), workers or study.workers, address)  # every run fits a node
+        one_each = list({spec.algorithm_label: spec for spec in study.runs}.values())  # what each run asks
+        check_resources(make_tasks(study, one_each), workers or study.workers, address)
     with driver_lock(study.output_dir) as lock:
         if lock is None:
             echo(f"warning: {study.output_dir} cannot be locked (no file locks here): "
