@@ -32,6 +32,7 @@ from wdrbo_dist.threads import default_thread_environment
 
 default_thread_environment(1)  # one thread, set before NumPy or torch is imported
 
+from paired import count  # noqa: E402 - the same argparse type
 from wdrbo_dist.settings import NumericalSettings  # noqa: E402
 
 # The routes are NumericalSettings (a run's come from its device); this measures one against
@@ -316,17 +317,6 @@ def fit_times(repeats: int = 20) -> None:
         evaluations = [best_seconds(lambda o=objective: o(theta), repeats * 50) for objective in objectives]
         print(f"{n:>4} {fits[0] * 1e3:>13.2f} {fits[1] * 1e3:>16.2f} {fits[1] / fits[0]:>6.2f} "
               f"{evaluations[0] * 1e6:>14.0f} {evaluations[1] * 1e6:>17.0f} {evaluations[1] / evaluations[0]:>6.2f}")
-
-
-def count(text: str) -> int:
-    """An argparse type: a whole number >= 1 (else one line, exit 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
 
 
 def main() -> None:
