@@ -53,19 +53,23 @@ def _memory_kills_so_far() -> int:
         return 0
 
 
-def _killed_for_memory(pool: ProcessPoolExecutor, marks: str, oom_before: int) -> list[str]:
-    """Run keys whose pool process died of SIGKILL while the kernel's OOM count rose."""
+def _killed_for_memory(pool: ProcessPoolExecutor, marks: str, oom_before: int, in_flight: list[str]) -> list[str]:
+    """Run keys whose pool process the kernel killed for memory, when its OOM count rose: those
+    whose process died of SIGKILL, or every run in flight where the broken pool no longer shows
+    its processes (the executor may have joined and dropped them already)."""
     if _memory_kills_so_far() <= oom_before:
         return []
     keys = []
-    for pid, process in getattr(pool, "_processes", {}).items():
+    for pid, process in dict(getattr(pool, "_processes", None) or {}).items():
         if process.exitcode == -signal.SIGKILL:
             try:
                 with open(os.path.join(marks, str(pid))) as mark:
                     keys.append(mark.read())
             except OSError:
                 pass
-    return keys
+    return keys or in_flight
+
+
 from wdrbo_dist.threads import THREAD_VARIABLES
 
 
@@ -161,7 +165,7 @@ def _map_pool(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook 
                 # Every run in flight is lost with a broken pool: submit them again in a new one.
                 broken += list(running.values())
                 running.clear()
-                for key in _killed_for_memory(pool, marks, oom_before):
+                for key in _killed_for_memory(pool, marks, oom_before, [t.spec.run_key for t, _, _ in broken]):
                     memory_kills[key] = memory_kills.get(key, 0) + 1
                 oom_before = _memory_kills_so_far()
                 _terminate(pool)
