@@ -19,7 +19,7 @@ EVERYWHERE = {
         r"\bstop[ -]?\d+\b(?!\s*(?:s|ms|us|min|minutes?|seconds?|h|hours?|%)\b)", re.IGNORECASE),
     "a work period": re.compile(r"\bwork[ -]periods?\b", re.IGNORECASE),
     "the machine of a given day": re.compile(
-        r"\b(?:this|that|the (?:same|slower|faster|other|fresh|first|last|previous|next))\s+VM\b"
+        r"\b(?:this|that|the(?: (?:same|slower|faster|other|fresh|first|last|previous|next|AVX2|AVX-512))?)\s+VM\b"
         r"|\bthe \d{4}-\d{2}-\d{2} (?:machine|VM)\b"
         r"|\bmachines? of (?:that|the|this|a given) day\b"),
     "a time of the day of a measurement": re.compile(
