@@ -6,7 +6,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from wdrbo_dist import settings
 from wdrbo_dist.cli import main as cli_main
 from wdrbo_dist.problems import PROBLEMS
 from wdrbo_dist.records import deterministic_part
@@ -58,7 +57,7 @@ def test_runs_are_deterministic(algorithm: str, fidelity: str, options: dict) ->
     pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 
-def test_profiles_differ_where_the_reference_has_a_fault(monkeypatch) -> None:
+def test_profiles_differ_where_the_reference_has_a_fault() -> None:
     # StableOpt's box: same data, same seed, different searched sets -> different decisions.
     paper = _run("stableopt", "ackley", "paper", seed=11)
     reference = _run("stableopt", "ackley", "reference", seed=11)
@@ -66,9 +65,7 @@ def test_profiles_differ_where_the_reference_has_a_fault(monkeypatch) -> None:
     pd.testing.assert_frame_equal(deterministic_part(paper[initial]), deterministic_part(reference[initial]),
                                   check_exact=True)
     assert not np.allclose(paper.loc[~initial, "x_0"], reference.loc[~initial, "x_0"])
-    # ... and a switch of spec 9 overrides the profile back, on the CPU's routes (without the
-    # reference profile's legacy routes, which change the last digits, not the method).
-    monkeypatch.setattr(settings, "REFERENCE_LEGACY_ROUTES", {})
+    # ... and a switch of spec 9 overrides the profile back: the same records to the bit.
     fixed = _run("stableopt", "ackley", "reference", seed=11, options={"stable_box_sign_bug": False})
     pd.testing.assert_frame_equal(deterministic_part(paper), deterministic_part(fixed), check_exact=True)
 

@@ -1,3 +1,3 @@
 """wdrbo-dist: a distributed study runner for Wasserstein distributionally robust BO."""
 
-__version__ = "0.22.0"
+__version__ = "0.23.0"

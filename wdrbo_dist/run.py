@@ -228,7 +228,7 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
     from wdrbo_dist.problems import make_problem
 
     device = torch.device(spec.device)
-    numerics = NumericalSettings.for_run(spec.device, spec.fidelity)  # the run's routes, made once
+    numerics = NumericalSettings.for_run(spec.device)  # the run's routes, made once
     problem = make_problem(spec.problem, spec.fidelity)
     algorithm = make_algorithm(spec.algorithm, problem, spec.fidelity, options)
     gens = make_generators(spec.seed)

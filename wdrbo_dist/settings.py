@@ -58,11 +58,9 @@ class NumericalSettings:
     mmd_restricted_solver: Literal["compiled", "clarabel"] = "compiled"
 
     @classmethod
-    def for_run(cls, device: str, fidelity: str) -> "NumericalSettings":
-        """The routes of a run on `device` ("cpu", "cuda", "cuda:N") in profile `fidelity`."""
+    def for_run(cls, device: str) -> "NumericalSettings":
+        """The routes of a run on `device` ("cpu", "cuda", "cuda:N"), the same in both profiles."""
         settings = cls()
-        if fidelity == "reference":
-            settings = replace(settings, **REFERENCE_LEGACY_ROUTES)
         if not device.startswith("cpu"):  # the compiled kernels take CPU tensors only
             settings = replace(settings, adam_pass="torch")
         return settings
@@ -71,22 +69,5 @@ class NumericalSettings:
     def forms_in_one_product(self) -> bool:
         return self.basis_forms == "one_product"
 
-
-# The reference profile's legacy routes, to be retired by a fidelity change: the routes the
-# reference profile's records were made with before routes were settings. Each gives the same
-# values to rounding; a trajectory amplifies the rounding, so moving the reference profile onto
-# the CPU's routes changes its records (issue 45: a fidelity change, with paired seeds).
-REFERENCE_LEGACY_ROUTES: dict[str, object] = {
-    "basis_tolerance": 0.0,
-    "region_tolerance": 0.0,
-    "basis_forms": "batched",
-    "context_forms": False,
-    "gp_objective": "numpy",
-    "adam_pass": "torch",
-    "fresh_exp": "libm",
-    "stable_compiled_gradient": False,
-    "minimax_sparse_gradient": False,
-    "mmd_restricted_solver": "clarabel",
-}
 
 CPU = NumericalSettings()

@@ -14,12 +14,19 @@ Both sides are cached under --cache (published runs are slow: DRBO-KDE ~850 s a 
 the published pickles in CACHE/published/Result, ours as JSON keyed by run key (so a new
 package version runs again). Published runs are also kept in the committed ledger
 (published.py), so they are run once per project, not once per machine. `--table-only`
-prints what the ledger and the cache hold without running.
+prints what the ledger and the cache hold without running; `--only ours` needs no published code
+(the ledger has its side).
+
+A fidelity change (one that moves the reference profile's records) is shown with
+`--paired-against REV`: our side also runs with the package as it is at git revision REV (a
+scratch worktree; cached in CACHE/at-REV), and a second table compares the two per cell over
+the same seeds (paired: each seed's runs share the initial design and the context draws).
 
     .venv/bin/python benchmarks/fidelity/fidelity.py --published /scratch/published --seeds 10
     .venv/bin/python benchmarks/fidelity/fidelity.py --published /scratch/published --table-only
     .venv/bin/python benchmarks/fidelity/fidelity.py --published /scratch/published \\
         --cells wdrbo:ackley erbo:newsvendor --seeds 3 --workers 2
+    .venv/bin/python benchmarks/fidelity/fidelity.py --only ours --paired-against v0.22.0
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ import argparse
 import json
 import math
 import os
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +53,9 @@ from scipy.stats import mannwhitneyu  # noqa: E402
 
 from published import PublishedCode, PublishedRun, record_in_ledger  # noqa: E402
 from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
-from wdrbo_dist.analysis.statistics import holm, mean_se, ratio_of_means_interval, significant_digits_format  # noqa: E402
+from wdrbo_dist.analysis.statistics import (  # noqa: E402
+    holm, mean_se, paired_wilcoxon, ratio_of_means_interval, significant_digits_format,
+)
 from wdrbo_dist.backends import map_tasks  # noqa: E402
 from wdrbo_dist.backends.task import Task  # noqa: E402
 from wdrbo_dist.problems import PROBLEMS, make_problem  # noqa: E402
@@ -238,6 +250,56 @@ def phases(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[
     return lines
 
 
+def run_ours_at(revision: str, cells: list[tuple[str, str]], seeds: list[int], cache: Path, workers: int) -> Path:
+    """Our side with the package as it is at `revision` (a scratch git worktree, this script),
+    cached in CACHE/at-<commit>; returns that cache."""
+    root = Path(__file__).resolve().parents[2]
+    commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", f"{revision}^{{commit}}"],
+                            capture_output=True, text=True)
+    if commit.returncode != 0:
+        raise SystemExit(f"error: --paired-against: {revision!r} is not a git revision of {root}")
+    then = cache / f"at-{commit.stdout.strip()}"
+    with tempfile.TemporaryDirectory(prefix="fidelity-") as scratch:
+        tree = Path(scratch) / "tree"
+        subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), commit.stdout.strip()],
+                       check=True, capture_output=True)
+        try:
+            command = [sys.executable, __file__, "--only", "ours", "--cache", str(then), "--seeds", str(len(seeds)),
+                       "--workers", str(workers), "--cells", *[f"{a}:{p}" for a, p in cells]]
+            print(f"ours at {revision} ({commit.stdout.strip()}):", flush=True)
+            subprocess.run(command, env={**os.environ, "PYTHONPATH": str(tree)}, check=True, cwd=scratch,
+                           stdout=subprocess.DEVNULL)
+        finally:
+            subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=False)
+    return then
+
+
+def paired_table(cells: list[tuple[str, str]], seeds: list[int], cache: Path, then: Path, revision: str) -> list[str]:
+    """Per cell, our R_100 now against at `revision` on the same seeds: mean ± SE of each, the median
+    paired difference (now - then), seeds lower/tied/higher, a two-sided Wilcoxon signed-rank test
+    with Holm's correction over the cells, and on how many seeds the regret is the same."""
+    rows = []
+    for algorithm, problem in cells:
+        pairs = [(t, n) for s in seeds
+                 if (t := our_regret(then, our_spec(algorithm, problem, s))) is not None
+                 and (n := our_regret(cache, our_spec(algorithm, problem, s))) is not None]
+        rows.append((algorithm, problem, pairs, paired_wilcoxon([t for t, _ in pairs], [n for _, n in pairs])))
+    tested = [i for i, row in enumerate(rows) if math.isfinite(row[3].pvalue)]
+    adjusted = [math.nan] * len(rows)
+    for i, q in zip(tested, holm([rows[i][3].pvalue for i in tested]) if tested else []):
+        adjusted[i] = float(q)
+    lines = [f"| algorithm | problem | seeds | R_100 at {revision} | R_100 now | median diff | lower/tied/higher | "
+             "Wilcoxon p | Holm p |", "|---|---|---|---|---|---|---|---|---|"]
+    for (algorithm, problem, pairs, test), q in zip(rows, adjusted):
+        def cell(values: list[float]) -> str:
+            return significant_digits_format(mean_se(values).mean, mean_se(values).se) if values else "-"
+
+        lines.append(f"| {algorithm} | {problem} | {len(pairs)} | {cell([t for t, _ in pairs])} | "
+                     f"{cell([n for _, n in pairs])} | {test.median_difference:+.3g} | "
+                     f"{test.wins}/{test.ties}/{test.losses} | {test.pvalue:.3f} | {q:.3f} |")
+    return lines
+
+
 def parse_cells(values: list[str] | None) -> list[tuple[str, str]]:
     """ALGORITHM:PROBLEM pairs; ValueError names the bad one and the allowed names."""
     if not values:
@@ -255,7 +317,8 @@ def parse_cells(values: list[str] | None) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--published", required=True, help="folder of the published code (unmodified, commit 75f891a)")
+    parser.add_argument("--published", help="folder of the published code (unmodified, commit 75f891a); "
+                                             "not needed with --only ours or --table-only")
     parser.add_argument("--published-python", help="its venv's python (default: PUBLISHED/venv/bin/python)")
     parser.add_argument("--cache", default=os.path.expanduser("~/.cache/wdrbo-dist/fidelity"))
     parser.add_argument("--seeds", type=int, default=10, help=f"seeds {FIRST_SEED}, {FIRST_SEED + 1}, ...")
@@ -265,11 +328,15 @@ def main() -> None:
     parser.add_argument("--only", choices=["ours", "published"], help="run one code's side only")
     parser.add_argument("--phases", action="store_true",
                         help="also print where each code's regret accrues (initial design, early and late BO steps)")
+    parser.add_argument("--paired-against", metavar="REV",
+                        help="also run our side at git revision REV and compare it with ours now, seed by seed")
     args = parser.parse_args()
+    if args.published is None and not (args.table_only or args.only == "ours"):
+        parser.error("--published is needed unless --only ours or --table-only")
 
     try:
         cells = parse_cells(args.cells)
-        code = None if args.table_only else PublishedCode.at(args.published, args.published_python)
+        code = None if args.table_only or args.only == "ours" else PublishedCode.at(args.published, args.published_python)
     except ValueError as error:
         parser.error(str(error))  # one line, exit 2, before any work
     seeds = list(range(FIRST_SEED, FIRST_SEED + args.seeds))
@@ -279,11 +346,14 @@ def main() -> None:
     for run in published_runs:  # runs finished in the cache by an older harness: into the ledger
         if run.finished_in(cache / "published"):
             record_in_ledger(run, cache / "published")
+    then = None
+    if args.paired_against and not args.table_only:
+        then = run_ours_at(args.paired_against, cells, seeds, cache, args.workers)
     if not args.table_only:
-        assert code is not None
         if args.only != "published":
             run_ours(cells, seeds, cache, args.workers)
         if args.only != "ours":
+            assert code is not None
             run_published(code, published_runs, cache / "published", args.workers)
     print("\n".join(table(cells, seeds, cache)))
     print(f"\nR_100: cumulative exact regret after {EVALUATIONS} evaluations ({INIT_SIZE} of them the initial "
@@ -291,6 +361,14 @@ def main() -> None:
           f"two-sided, Holm over the tested cells (>= 3 runs a side); agree: Holm p >= {ALPHA}; "
           f"', ratio': outside 1/{RATIO_LIMIT}..{RATIO_LIMIT}; CI: percentile bootstrap of the ratio of "
           f"means, each code's seeds resampled (10,000 resamples)")
+    if args.paired_against:
+        commit = subprocess.run(["git", "rev-parse", "--short=12", f"{args.paired_against}^{{commit}}"],
+                                capture_output=True, text=True, cwd=Path(__file__).resolve().parent).stdout.strip()
+        then = then or cache / f"at-{commit}"
+        print("\n" + "\n".join(paired_table(cells, seeds, cache, then, args.paired_against)))
+        print(f"\nOurs at {args.paired_against} against ours now on the same seeds; median diff: now - then; "
+              "lower/tied/higher: seeds where now's regret is so; Wilcoxon signed-rank, two-sided, Holm over the "
+              "cells with a nonzero difference (p = 1 where every seed ties)")
     if args.phases:
         print("\n" + "\n".join(phases(cells, seeds, cache)))
         print("\nMean ± SE over the seeds both codes have of the regret summed over each phase's evaluations "

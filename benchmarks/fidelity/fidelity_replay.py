@@ -150,7 +150,7 @@ def replay(args: argparse.Namespace) -> None:
         inputs = torch.cat([x[:t], c[:t]], -1) if algo.uses_context else x[:t]
         state = BOState(x[:t], c[:t], y[:t])
         g = torch.Generator().manual_seed(args.seed + t)
-        model, _ = fit_gp(inputs, y[:t], g, NumericalSettings.for_run("cpu", "reference"))  # our run's routes
+        model, _ = fit_gp(inputs, y[:t], g, NumericalSettings.for_run("cpu"))  # our run's routes
         y_std, _, _ = standardize(y[:t])
         objective = MapObjective(inputs.numpy(), y_std.numpy(), lengthscale_prior(inputs.shape[1]))
         ours_theta = np.concatenate([model.lengthscale.numpy(), [model.noise, model.mean_constant]])

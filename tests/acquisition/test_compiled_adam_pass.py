@@ -159,9 +159,8 @@ def test_gp_ucbs_kernel_gives_torchs_posterior_ucb_and_autograds_gradient_to_rou
 
 
 def test_compiled_adam_pass_is_the_cpus_route_and_falls_back_where_it_cannot_serve() -> None:
-    assert NumericalSettings.for_run("cpu", "paper").adam_pass == "compiled"
-    assert NumericalSettings.for_run("cpu", "reference").adam_pass == "torch"  # a legacy route
-    assert NumericalSettings.for_run("cuda", "paper").adam_pass == "torch"
+    assert NumericalSettings.for_run("cpu").adam_pass == "compiled"
+    assert NumericalSettings.for_run("cuda").adam_pass == "torch"
     for algorithm in (WDRBO, ERBO, GPUCB, SBOKDE, DRBOKDE, DRBOMMD, DRBOMMDMinimax, StableOpt):
         assert "adam_pass" not in algorithm.declared_options()
     # The autograd x-gradient of L(x) keeps torch's pass.
@@ -305,7 +304,7 @@ def test_the_minimax_backward_pass_over_nonzero_weights_gives_the_dense_gradient
         gradients.append(torch.autograd.grad(acquisition(xr).sum(), xr)[0])
     assert gradients[0].abs().max() > 0
     assert torch.allclose(gradients[0], gradients[1], rtol=1e-11, atol=1e-13)
-    assert NumericalSettings.for_run("cpu", "reference").minimax_sparse_gradient is False  # a legacy route
+    assert NumericalSettings.for_run("cpu").minimax_sparse_gradient is True
 
 
 @pytest.mark.parametrize("project_parameter", [True, False])

@@ -200,7 +200,7 @@ def test_ties_point_mass_centres_and_large_balls(radius: float, restricted_solve
 
 def test_the_routes_are_settings_and_the_solver_an_option() -> None:
     problem = make_problem("ackley")
-    paper, reference = (NumericalSettings.for_run("cpu", fidelity) for fidelity in ("paper", "reference"))
+    paper = reference = NumericalSettings.for_run("cpu")  # the routes are the device's, not the profile's
     for fidelity, settings in (("paper", paper), ("reference", reference)):  # a fast path, not a fidelity change
         algorithm = DRBOMMD(problem, fidelity)
         assert algorithm.options["mmd_solver"] == "CLARABEL"
@@ -216,10 +216,9 @@ def test_the_routes_are_settings_and_the_solver_an_option() -> None:
     assert DRBOMMD(problem, "paper").program(replace(paper, mmd_solve_path="cvxpy")).working_set is False
     explicit = DRBOMMD(problem, "paper", {"mmd_solver": "SCS"}).program(replace(paper, mmd_equilibrate=False))
     assert explicit.equilibrate is False
-    # The CPU solves the restricted programs with mmd_ipm.py; the reference profile keeps
-    # Clarabel (one of its legacy routes)
+    # The CPU solves the restricted programs with mmd_ipm.py, in both profiles
     assert DRBOMMD(problem, "paper").program(paper)._working.restricted_solver == "compiled"
-    assert DRBOMMD(problem, "reference").program(reference)._working.restricted_solver == "clarabel"
+    assert DRBOMMD(problem, "reference").program(reference)._working.restricted_solver == "compiled"
 
 
 def test_acquisition_counts_programs_and_most_candidates_need_one() -> None:

@@ -79,9 +79,8 @@ def test_value_is_the_min_ucb_over_the_calls_points_and_the_gradient_is_at_the_a
     assert torch.allclose(grad, expected_grad, atol=1e-10)
 
 
-def test_the_kernel_gradient_is_the_cpus_route_and_not_the_reference_profiles_legacy_one() -> None:
-    assert NumericalSettings.for_run("cpu", "paper").stable_compiled_gradient is True
-    assert NumericalSettings.for_run("cpu", "reference").stable_compiled_gradient is False
+def test_the_kernel_gradient_is_the_cpus_route_in_both_profiles() -> None:
+    assert NumericalSettings.for_run("cpu").stable_compiled_gradient is True
     assert "stable_compiled_gradient" not in StableOpt.declared_options()
 
 

@@ -90,7 +90,7 @@ def test_closed_form_and_autograd_lipschitz_gradients_agree() -> None:
         (grads[route],) = torch.autograd.grad(values[route].sum(), xr)
     assert torch.allclose(values["analytic"].detach(), values["autograd"].detach(), rtol=0, atol=1e-12)
     assert torch.allclose(grads["analytic"], grads["autograd"], rtol=1e-9, atol=1e-12)
-    assert NumericalSettings.for_run("cpu", "paper").wdrbo_L_gradient == "analytic"
+    assert NumericalSettings.for_run("cpu").wdrbo_L_gradient == "analytic"
 
 
 def test_erbo_is_wdrbo_at_radius_zero() -> None:
