@@ -1,125 +1,168 @@
-"""How well the study runner uses the machine: one small study on 1 and 2 workers, local and ray.
+"""The runner alone at 10^3 to 10^5 runs: its cost per run, memory, resume, status, report, store.
 
-Prints, per backend and worker count: study wall time, runs per hour, speed-up and parallel
-efficiency against one worker of the same backend, and the backend's overhead per task (time
-between handing a run to the backend and having its result back in the driver, minus the
-run's own wall time: scheduling, process start, argument and result transfer). Backend start
-(process pool spawn, `ray.init`) is reported apart.
+Each task runs a stand-in for a run (it sleeps --run-ms and returns the records of a real
+6-evaluation GP-UCB run), so every second measured beyond the sleeping is the runner's: the
+driver planning, handing out tasks, storing and compacting results, and logging to MLflow. One
+fresh process per row (its peak memory is the driver's); the local backend with 2 workers.
 
-Targets (issue 4): 2 workers >= 1.8x one worker; Ray's overhead <= 2 % of study time.
+    .venv/bin/python benchmarks/scaling.py                                   # 10^3 and 10^4, all trackings
+    .venv/bin/python benchmarks/scaling.py --runs 100000 --tracking none     # the 10^5 row (~15 min)
 
-    .venv/bin/python benchmarks/scaling.py                 # 24 runs of 100 evaluations (~9 min)
-    .venv/bin/python benchmarks/scaling.py --evaluations 20 --backends ray
-
-The runs are full-length (5-15 s each), 24 of them: each new worker process's first run pays
-its imports (torch and the package, ~1.5 s), a fixed cost per worker that is 3 % of a 12-run,
-50-second study and vanishes in a real one; with runs of a second or two it would dominate.
-
-Measure on an otherwise idle machine: a second user of the two cores halves every figure.
+Columns: runner's cost per run = (study wall - runs x sleep / workers) / runs; resume = the same
+command again with every run finished; status = `wdrbo-dist status`; report = `wdrbo-dist report`
+(loading, statistics, figures, dashboard, and its MLflow artifacts when tracked); store = the
+output folder's size and files. Targets (issue 48, 10^5 runs): cost <= 5 ms per run with MLflow,
+report <= 60 s, resume and status <= 30 s, driver memory <= 2 GB.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import os
-import secrets
-import statistics
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from wdrbo_dist.threads import default_thread_environment
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the repo root, for the tests' helpers (a local mlflow server)
 
-default_thread_environment(1)  # as the CLI's driver does, before torch is imported
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-if "RAY_AUTH_MODE" not in os.environ:  # a private token: nothing written to ~/.ray
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
+from wdrbo_dist.threads import default_thread_environment  # noqa: E402
 
-from wdrbo_dist.backends import map_tasks  # noqa: E402
-from wdrbo_dist.config import parse_study_config  # noqa: E402
-from wdrbo_dist.study import make_tasks, run_captured  # noqa: E402
+default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch is imported
 
+import pandas as pd  # noqa: E402
 
-def study(evaluations: int, seeds: int, out: Path):
-    return parse_study_config({
-        "name": "scaling", "problems": ["three-hump-camel", "newsvendor", "toy-general"],
-        "algorithms": ["erbo", "wdrbo"], "seeds": list(range(100, 100 + seeds)),
-        "evaluations": evaluations, "init_size": 5, "tracking_uri": "none", "output_dir": str(out),
-    })
+from wdrbo_dist.run import RunResult, RunSpec  # noqa: E402
+
+PROBLEMS = ["ackley", "hartmann", "modified-branin", "newsvendor", "three-hump-camel", "six-hump-camel",
+            "toy-general", "portfolio-uniform"]
+ALGORITHMS = ["gp-ucb", "erbo"]
+EVALUATIONS, INIT_SIZE = 6, 5
 
 
-def measure(backend: str, workers: int, evaluations: int, seeds: int) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        spec = study(evaluations, seeds, Path(tmp))
-        tasks = make_tasks(spec, spec.runs)
+def stand_in(spec: RunSpec, records: pd.DataFrame, seconds: float) -> RunResult:
+    """A run that takes `seconds` and returns `records`: the runner's work without a run's."""
+    started = time.time()
+    time.sleep(seconds)
+    return RunResult(spec=spec, status="FINISHED", records=records, options={"beta": 2.0},
+                     wall_time_s=time.time() - started, started_at=started)
+
+
+def template_records() -> pd.DataFrame:
+    from wdrbo_dist.run import run_one
+
+    spec = RunSpec.make(algorithm="gp-ucb", problem="three-hump-camel", seed=0, evaluations=EVALUATIONS,
+                        init_size=INIT_SIZE, options={"raw_samples": 16, "num_restarts": 2})
+    return run_one(spec, capture_errors=False).records
+
+
+def folder_size(folder: Path) -> tuple[int, int]:
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    return sum(p.stat().st_size for p in files), len(files)
+
+
+def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path) -> dict[str, float | str]:
+    """One row, in this process: the study, then resume, status and report."""
+    from wdrbo_dist.analysis.load import load_study
+    from wdrbo_dist.cli import main as cli_main
+    from wdrbo_dist.config import load_study_config
+    from wdrbo_dist.study import run_study, study_status
+
+    server = None
+    if tracking == "sqlite":
+        uri = f"sqlite:///{scratch}/mlflow.db"
+    elif tracking == "server":
+        from tests.support.local_servers import start_mlflow_server, wait_for
+
+        (scratch / "server").mkdir()
+        server = start_mlflow_server(scratch / "server")
+        wait_for(server.up, 120, "mlflow server")
+        uri = server.uri
+    else:
+        uri = "none"
+    cells = len(PROBLEMS) * len(ALGORITHMS)
+    config = scratch / "study.yaml"
+    import yaml
+
+    config.write_text(yaml.safe_dump({
+        "name": f"scale-{runs}", "problems": PROBLEMS, "algorithms": ALGORITHMS,
+        "seeds": list(range(-(-runs // cells))), "evaluations": EVALUATIONS, "init_size": INIT_SIZE,
+        "backend": "local", "workers": workers, "tracking_uri": uri, "output_dir": str(scratch / "out"),
+    }))
+    try:
+        study = load_study_config(config)
+        run = functools.partial(stand_in, records=template_records(), seconds=run_ms / 1000)
         start = time.monotonic()
-        first_submit = None
-        outcomes = []
-        for outcome in map_tasks(tasks, backend, workers, run=run_captured):
-            first_submit = outcome.submitted_at if first_submit is None else min(first_submit, outcome.submitted_at)
-            outcomes.append(outcome)
+        report = run_study(study, run=run)
         wall = time.monotonic() - start
-    failed = [o for o in outcomes if not o.result.ok]
-    if failed:
-        raise SystemExit(f"{backend}/{workers}: {len(failed)} runs failed: {failed[0].result.error}")
-    run_time = sum(o.result.wall_time_s for o in outcomes)
-    overhead = [o.overhead_s for o in outcomes]
+        assert report.exit_code == 0 and len(report.finished) == len(study.runs), report.tracking_warnings
+        start = time.monotonic()
+        again = run_study(study, run=run)
+        resume = time.monotonic() - start
+        assert not again.finished
+        start = time.monotonic()
+        status = study_status(study)
+        status_s = time.monotonic() - start
+        assert status.totals == (len(study.runs), 0, 0)
+        start = time.monotonic()
+        assert cli_main(["report", str(config), "--quiet"]) == 0
+        report_s = time.monotonic() - start
+        assert load_study([study]).counts()["finished"] == len(study.runs)
+        size, files = folder_size(scratch / "out")
+        if tracking == "sqlite":
+            extra = folder_size(scratch / "mlruns") if (scratch / "mlruns").exists() else (0, 0)
+            size, files = size + (scratch / "mlflow.db").stat().st_size + extra[0], files + 1 + extra[1]
+    finally:
+        if server is not None:
+            from tests.support.local_servers import stop
+
+            stop(server.process)
+    n = len(study.runs)
     return {
-        "wall_s": wall,
-        "startup_s": (first_submit or start) - start,
-        "runs": len(outcomes),
-        "runs_per_hour": 3600 * len(outcomes) / wall,
-        "run_time_s": run_time,
-        "run_mean_s": run_time / len(outcomes),
-        "overhead_mean_s": statistics.mean(overhead),
-        "overhead_median_s": statistics.median(overhead),
-        # Overhead as a share of the study (after start-up): summed over tasks, spread over the
-        # workers; "steady" counts every task at the median (no process cold starts).
-        "overhead_share": sum(overhead) / workers / (wall - ((first_submit or start) - start)),
-        "steady_share": statistics.median(overhead) * len(overhead) / workers / (wall - ((first_submit or start) - start)),
+        "runs": n, "tracking": tracking, "wall_s": wall, "cost_ms": (wall - n * run_ms / 1000 / workers) / n * 1000,
+        "resume_s": resume, "status_s": status_s, "report_s": report_s,
+        "memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "store_mb": size / 2**20, "files": files,
     }
 
 
-def steady(r: dict[str, float]) -> float:
-    return r["wall_s"] - r["startup_s"]
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--evaluations", type=int, default=100)
-    parser.add_argument("--seeds", type=int, default=4)
-    parser.add_argument("--backends", default="local,ray")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--tracking", nargs="+", choices=["none", "sqlite", "server"], default=["none", "sqlite", "server"])
+    parser.add_argument("--run-ms", type=float, default=20.0, help="how long the stand-in run sleeps")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--one", nargs=2, metavar=("RUNS", "TRACKING"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    load = os.getloadavg()
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs"
-          " (anything above ~0.2 makes the figures pessimistic)", flush=True)
-    results: dict[tuple[str, int], dict[str, float]] = {}
-    for backend in args.backends.split(","):
-        for workers in (1, 2):
-            print(f"running {backend} with {workers} worker(s) ...", flush=True)
-            results[(backend, workers)] = measure(backend, workers, args.evaluations, args.seeds)
-    print()
-    print("wall: the whole study, backend start included; speed-up and efficiency: on wall minus start;")
-    print("run s: mean wall time of one run (if it grows with the workers, the cores are not free)")
-    print("overhead per task: mean (first tasks of each process pay its imports) and median (steady state)")
-    print(f"{'backend':<8}{'workers':>8}{'wall s':>9}{'start s':>9}{'runs/h':>9}{'speed-up':>10}"
-          f"{'effic.':>8}{'run s':>7}{'ovh mean s':>12}{'ovh med s':>11}{'ovh share':>11}{'steady':>8}")
-    for (backend, workers), r in results.items():
-        speedup = steady(results[(backend, 1)]) / steady(r)
-        print(f"{backend:<8}{workers:>8}{r['wall_s']:>9.1f}{r['startup_s']:>9.1f}{r['runs_per_hour']:>9.0f}"
-              f"{speedup:>9.2f}x{speedup / workers:>8.2f}{r['run_mean_s']:>7.1f}{r['overhead_mean_s']:>12.3f}"
-              f"{r['overhead_median_s']:>11.3f}{r['overhead_share']:>10.1%}{r['steady_share']:>8.2%}")
-    print()
-    print(f"{results[next(iter(results))]['runs']} runs of {args.evaluations} evaluations per row, {os.cpu_count()} CPUs")
-    for backend in args.backends.split(","):
-        speedup = steady(results[(backend, 1)]) / steady(results[(backend, 2)])
-        print(f"target {backend}: 2 workers >= 1.8x one worker: {speedup:.2f}x {'OK' if speedup >= 1.8 else 'MISSED'}")
-    if ("ray", 2) in results:
-        r = results[("ray", 2)]
-        share = r["overhead_share"]
-        print(f"target ray: overhead <= 2 % of study time: {share:.1%} {'OK' if share <= 0.02 else 'MISSED'}; "
-              f"steady state (median {r['overhead_median_s']:.3f} s per task) {r['steady_share']:.2%}; "
-              f"ray.init {r['startup_s']:.1f} s not included")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if args.one:
+        with tempfile.TemporaryDirectory(prefix="scaling-") as scratch:
+            row = measure(int(args.one[0]), args.one[1], args.run_ms, args.workers, Path(scratch))
+        print("ROW " + json.dumps(row), flush=True)
+        return
+    if any(n < 1 for n in args.runs):
+        parser.error("--runs: whole numbers >= 1")
+    print(f"stand-in runs of {args.run_ms:g} ms, {EVALUATIONS} evaluations; local backend, {args.workers} workers; "
+          f"load before: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d')}", flush=True)
+    header = (f"{'runs':>7} {'tracking':<8} {'study s':>8} {'cost ms/run':>11} {'resume s':>8} {'status s':>8} "
+              f"{'report s':>8} {'driver MB':>9} {'store MB':>8} {'files':>7}")
+    print(header, flush=True)
+    for runs in args.runs:
+        for tracking in args.tracking:
+            done = subprocess.run([sys.executable, __file__, "--one", str(runs), tracking, "--run-ms", str(args.run_ms),
+                                   "--workers", str(args.workers)], capture_output=True, text=True)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("ROW ")]
+            if done.returncode != 0 or not lines:
+                print(f"{runs:>7} {tracking:<8} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}", flush=True)
+                continue
+            r = json.loads(lines[-1][4:])
+            print(f"{r['runs']:>7,} {tracking:<8} {r['wall_s']:>8.1f} {r['cost_ms']:>11.1f} {r['resume_s']:>8.1f} "
+                  f"{r['status_s']:>8.1f} {r['report_s']:>8.1f} {r['memory_mb']:>9.0f} {r['store_mb']:>8.1f} "
+                  f"{r['files']:>7,}", flush=True)
 
 
 if __name__ == "__main__":

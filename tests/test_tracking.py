@@ -42,11 +42,19 @@ def children(client: MlflowClient, tracker: StudyTracker) -> list:
     return client.search_runs([tracker.experiment_id], filter_string="tags.role = 'run'")
 
 
+def logged(tracker: StudyTracker, store: ResultStore, result) -> str:
+    """Deliver a stored result as the driver does and write the batch; its child run's id."""
+    store.save(result)
+    assert tracker.deliver(result, None, store.records_path(result.spec.run_key)) == []
+    assert tracker.flush() == []
+    (run_id, _), = tracker.child_runs()[result.spec.run_key]
+    return run_id
+
+
 def test_a_finished_run_becomes_a_complete_child_run(tracked) -> None:
     tracker, study, store, client = tracked
     result = finished(spec(seed=1))
-    store.save(result)
-    run_id = tracker.record(result, None, store.records_path(result.spec.run_key))
+    run_id = logged(tracker, store, result)
     run = client.get_run(run_id)
     assert run.info.run_name == "newsvendor|erbo|s1" and run.info.status == "FINISHED"
     tags = run.data.tags
@@ -61,10 +69,33 @@ def test_a_finished_run_becomes_a_complete_child_run(tracked) -> None:
     assert [m.value for m in client.get_metric_history(run_id, "regret")] == pytest.approx(result.records["regret"].tolist())
     assert run.data.metrics["final_cumulative_regret"] == pytest.approx(result.records["cumulative_regret"].iloc[-1])
     assert {"wall_time_s", "total_time_fit_s", "total_time_acquisition_s", "final_best_y"} <= set(run.data.metrics)
-    assert [a.path for a in client.list_artifacts(run_id)] == ["records.parquet"]
+    assert client.list_artifacts(run_id) == []  # a sqlite store's child runs: the store holds the records
     parent = client.get_run(tracker.parent_run_id)
     assert parent.data.tags["role"] == "study" and parent.data.params["backend"] == "serial"
     assert [a.path for a in client.list_artifacts(tracker.parent_run_id)] == ["study.yaml"]
+
+
+def test_a_batch_written_run_reads_back_as_the_client_logs_one(tracked) -> None:
+    # The batch writes MLflow's tables directly: whatever MLflow's client shows of a run it
+    # logged itself, it shows of a batch-written one (artifacts and times aside).
+    tracker, _, store, client = tracked
+    result = finished(spec(seed=2))
+    by_batch = client.get_run(logged(tracker, store, result))
+    by_client = client.get_run(log_child_run(client, tracker.experiment_id, tracker.parent_run_id, result))
+    assert by_batch.data.params == by_client.data.params
+    assert by_batch.data.metrics == by_client.data.metrics  # the latest value of each metric
+    ignore = {"mlflow.user", "mlflow.source.name", "mlflow.source.type", "mlflow.source.git.commit"}
+    assert ({k: v for k, v in by_batch.data.tags.items() if k not in ignore}
+            == {k: v for k, v in by_client.data.tags.items() if k not in ignore})
+    for key in (*STEP_METRICS, "final_cumulative_regret"):
+        histories = [client.get_metric_history(r.info.run_id, key) for r in (by_batch, by_client)]
+        assert [(m.step, m.value) for m in histories[0]] == [(m.step, m.value) for m in histories[1]]
+    found = client.search_runs([tracker.experiment_id], "tags.role = 'run' and metrics.final_cumulative_regret > -1e300",
+                               order_by=["metrics.final_cumulative_regret"])
+    assert len(found) == 2 and by_batch.info.artifact_uri.endswith(f"{by_batch.info.run_id}/artifacts")
+    index = tracker.child_runs()
+    assert sorted(index[result.spec.run_key]) == sorted([(by_batch.info.run_id, "FINISHED"),
+                                                         (by_client.info.run_id, "RUNNING")])
 
 
 def test_params_are_the_options_as_the_algorithm_resolved_them(tracked) -> None:
@@ -73,8 +104,7 @@ def test_params_are_the_options_as_the_algorithm_resolved_them(tracked) -> None:
     tracker, study, store, client = tracked
     result = finished(RunSpec.make(options={"mmd_solver": "scs"}, algorithm="drbo-mmd", problem="newsvendor",
                                    seed=4, evaluations=7, init_size=5, study="unit", fidelity="reference"))
-    store.save(result)
-    params = client.get_run(tracker.record(result, None, store.records_path(result.spec.run_key))).data.params
+    params = client.get_run(logged(tracker, store, result)).data.params
     assert params["mmd_solver"] == "SCS" and "mmd_working_set" not in params
     assert params["mmd_diagonal_grid"] == "True"  # the reference profile's default
 

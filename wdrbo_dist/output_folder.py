@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wdrbo_dist import __version__
+from wdrbo_dist.atomic import write_json_atomic
 
 if TYPE_CHECKING:
     from wdrbo_dist.store import ResultStore
@@ -122,3 +123,12 @@ def other_versions_line(store: "ResultStore") -> str:
     return (f"note: {store.root} holds {sum(counts.values())} finished runs of another version ({found}); "
             f"this version ({__version__}) does not reuse them (the version is part of a run's key): "
             "to keep them apart give this study another output_dir, or run anew here beside them")
+
+
+def write_study_file(study: "StudySpec") -> None:
+    """The study's config beside its runs (`study.json`), so the output folder explains itself."""
+    write_json_atomic(
+        {"name": study.name, "config": study.raw, "source": str(study.source or ""),
+         "run_keys": [r.run_key for r in study.runs]},
+        Path(study.output_dir) / "study.json",
+    )

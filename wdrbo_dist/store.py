@@ -1,10 +1,11 @@
 """The canonical result store: one parquet file of per-step records per run, written atomically.
 
 Under `<out>/`: `runs/<run_key>.parquet` and `.json` (records and meta of a finished run),
-`failed/<run_key>.json`, `damaged/<time>/` (files set aside, kept) and `driver.lock`
-(`folder_lock`). Each file is written atomically (`atomic`), parquet first, so a crash never
-leaves a half-written result. Only the driver writes here. The comment above `ResultStore` gives the
-layout, what makes a run finished or damaged, and the meta's fields.
+`failed/<run_key>.json`, `compacted/` (finished runs moved into one dataset: `compacted`),
+`damaged/<time>/` (files set aside, kept) and `driver.lock` (`folder_lock`). Each file is
+written atomically (`atomic`), parquet first, so a crash never leaves a half-written result.
+Only the driver writes here. The comment above `ResultStore` gives the layout, what makes a run
+finished or damaged, and the meta's fields.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pyarrow.parquet as pq
 
 from wdrbo_dist import __version__
 from wdrbo_dist.atomic import fsync_dir, write_json_atomic, write_parquet_atomic
+from wdrbo_dist.compacted import CompactedRuns
 from wdrbo_dist.run import RunResult, RunSpec
 
 
@@ -76,6 +78,8 @@ class Damage:
 
     def line(self, root: Path, label: str = "") -> str:
         """One line for the user: the run, the file (relative to the output folder), the fault."""
+        if not self.run_key:  # a compacted file: many runs
+            return f"damaged file {self.path.relative_to(root)}: {self.problem} (its runs run again)"
         name = label or self.label or "?"
         return f"damaged run {name} [{self.run_key}]: {self.path.relative_to(root)}: {self.problem}"
 
@@ -142,6 +146,8 @@ def _new_folder(base: Path) -> Path:
 #     <out>/runs/<run_key>.json           its meta: run_key, label, status, spec, summary, ...
 #     <out>/failed/<run_key>.json         a failed run's meta, `error` holding its traceback
 #                                         (removed when the run later finishes)
+#     <out>/compacted/                    finished runs compacted (`compact`): their records in
+#                                         one parquet dataset, their meta in its index
 #     <out>/damaged/<time>/...            files found damaged, set aside by the driver (kept)
 #     <out>/driver.lock                   held by the one driver at work on this folder
 #
@@ -174,6 +180,9 @@ class ResultStore:
         self.failed_dir = self.root / "failed"
         self._whole: dict[str, tuple[FileSignature, FileSignature]] = {}  # key -> files found whole
         self._versions: dict[str, str] = {}  # key -> the version that wrote it, of the runs found whole
+        self.compacted = CompactedRuns(self.root)
+        # (meta, records) of the runs saved since the last compaction: what `compact` need not read back
+        self._saved: dict[str, tuple[dict[str, Any], pd.DataFrame]] = {}
 
     # --- paths ---------------------------------------------------------------------------------
     def records_path(self, run_key: str) -> Path:
@@ -201,14 +210,48 @@ class ResultStore:
             write_parquet_atomic(result.records, self.records_path(key))
             write_json_atomic(meta, self.meta_path(key))
             self.failed_path(key).unlink(missing_ok=True)
+            self._saved[key] = (meta, result.records)
             return self.meta_path(key)
         write_json_atomic(meta, self.failed_path(key))
         return self.failed_path(key)
 
     # --- queries -------------------------------------------------------------------------------
-    def finished_keys(self) -> set[str]:
-        """Run keys whose files read back whole and agree: the finished runs."""
+    def loose_keys(self) -> set[str]:
+        """The finished runs in their own files (not yet compacted)."""
         return {key for key in _stems(self.runs_dir) if self._finished_damage(key) is None}
+
+    def finished_keys(self) -> set[str]:
+        """Run keys whose files read back whole and agree: the finished runs, loose or compacted
+        (loose first: a run compacted meanwhile is then in the index)."""
+        loose = self.loose_keys()
+        return loose | self.compacted.keys()
+
+    def compact(self) -> int:
+        """Move the loose finished runs into the compacted dataset (one round); returns how many.
+
+        Loose files of runs the index holds (a crash after a round's commit) are deleted, and
+        record files no round names (a crash before it) too. The driver calls this under the
+        folder's lock."""
+        done = self.compacted.keys()
+        loose = self.loose_keys()
+        runs = []
+        for key in sorted(loose - done):
+            saved = self._saved.get(key)
+            runs.append(saved if saved is not None else (self.read_meta(key), self.read_records(key)))
+        moved = self.compacted.add_round(runs)
+        for key in [*moved, *(loose & done)]:
+            self.meta_path(key).unlink(missing_ok=True)  # the marker first: a parquet alone is no run
+            self.records_path(key).unlink(missing_ok=True)
+            self._whole.pop(key, None)
+        if moved or loose & done:
+            fsync_dir(self.runs_dir)
+        self.compacted.remove_orphans()
+        self._saved.clear()
+        return len(moved)
+
+    @property
+    def saved_since_compaction(self) -> int:
+        return len(self._saved)
 
     def failed_keys(self) -> set[str]:
         """Run keys whose latest attempt failed (and that have not finished since)."""
@@ -218,14 +261,20 @@ class ResultStore:
     def other_versions(self) -> dict[str, int]:
         """{version: finished runs} of the finished runs here that another package version wrote."""
         counts: dict[str, int] = {}
-        for key in self.finished_keys():
+        for key in self.loose_keys():
             version = self._versions.get(key, __version__)
             if version != __version__:
                 counts[version] = counts.get(version, 0) + 1
+        index = self.compacted.index()
+        for version, n in index.loc[~index.index.isin(self._versions), "version"].value_counts().items():
+            if version != __version__:
+                counts[str(version)] = counts.get(str(version), 0) + int(n)
         return counts
 
     def is_finished(self, run_key: str) -> bool:
-        return self.meta_path(run_key).is_file() and self._finished_damage(run_key) is None
+        if self.meta_path(run_key).is_file() and self._finished_damage(run_key) is None:
+            return True
+        return run_key in self.compacted.index().index
 
     def damaged(self, keys: Iterable[str] | None = None) -> list[Damage]:
         """The files of `keys` (default: every run here) that are not whole, runs/ first."""
@@ -234,6 +283,8 @@ class ResultStore:
             wanted = set(keys)
             finished, failed = finished & wanted, failed & wanted
         found = [self._finished_damage(k) for k in sorted(finished)] + [self._failed_damage(k) for k in sorted(failed)]
+        self.compacted.index(refresh=True)
+        found += [Damage("", path, problem) for path, problem in self.compacted.damaged]
         return [d for d in found if d is not None]
 
     def set_aside(self, damages: Sequence[Damage]) -> Path | None:
@@ -286,18 +337,30 @@ class ResultStore:
         meta, problem = _read_meta_file(path, run_key, "FAILED")
         return None if meta is not None else Damage(run_key, path, problem)
 
-    def read_records(self, run_key: str) -> pd.DataFrame:
-        """The per-step records of a finished run."""
-        return pd.read_parquet(self.records_path(run_key))
+    def read_records(self, run_key: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """The per-step records of a finished run (`columns` only, where given)."""
+        try:
+            return pd.read_parquet(self.records_path(run_key), columns=None if columns is None else list(columns))
+        except FileNotFoundError:
+            if run_key not in self.compacted.index(refresh=True).index:
+                raise
+            return self.compacted.records(run_key, columns)
 
     def read_meta(self, run_key: str) -> dict[str, Any]:
-        """The meta of a finished run, or else of its failure."""
-        path = self.meta_path(run_key)
-        if not path.is_file():
-            path = self.failed_path(run_key)
-        if not path.is_file():
-            raise FileNotFoundError(f"no run {run_key} in {self.root}")
-        return json.loads(path.read_text())
+        """The meta of a finished run (loose, else compacted), or else of its failure."""
+        try:
+            return json.loads(self.meta_path(run_key).read_text())
+        except FileNotFoundError:
+            pass
+        meta = self.compacted.meta(run_key)
+        if meta is None and self.compacted.index(refresh=True) is not None:  # compacted meanwhile?
+            meta = self.compacted.meta(run_key)
+        if meta is not None:
+            return {k: v for k, v in meta.items() if k != "columns"}
+        try:
+            return json.loads(self.failed_path(run_key).read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"no run {run_key} in {self.root}") from None
 
     def read_result(self, run_key: str) -> RunResult:
         """A stored run back as a RunResult (what the tracker logs when it catches up)."""

@@ -16,12 +16,12 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from wdrbo_dist.atomic import write_json_atomic
 from wdrbo_dist.backends import map_tasks
 from wdrbo_dist.backends.task import ClusterGone, Outcome, Task
 from wdrbo_dist.folder_lock import driver_lock
 from wdrbo_dist.output_folder import (
-    EXIT_IO_ERROR, OutputWriteError, check_folder, check_same_study, keep_elsewhere, other_versions_line, reason, writing,
+    EXIT_IO_ERROR, OutputWriteError, check_folder, check_same_study, keep_elsewhere, other_versions_line, reason,
+    write_study_file, writing,
 )
 from wdrbo_dist.run import RunResult, RunSpec, resolved_options, run_one
 from wdrbo_dist.store import ResultStore
@@ -37,6 +37,9 @@ EXIT_UNAVAILABLE = 69
 # The run function the backends map: the run's own errors become a FAILED result, never an
 # exception, so that a deterministic error is recorded once and not retried.
 run_captured = functools.partial(run_one, progress=False, capture_errors=True)
+# The store compacts when this many finished runs are in their own files (the unit of
+# durability until then), so a big study's report reads one dataset; a small study stays loose.
+COMPACT_EVERY = 1000
 
 
 def _silent(line: str) -> None:
@@ -133,7 +136,7 @@ def study_status(study: StudySpec) -> StudyStatus:
         cell = cells.setdefault((spec.problem, spec.algorithm_label), [0, 0, 0])
         cell[0 if spec.run_key in finished else 1 if spec.run_key in failed else 2] += 1
     labels = {spec.run_key: spec.label for spec in study.runs}
-    damaged = [damage.line(store.root, labels[damage.run_key]) for damage in store.damaged(labels)]
+    damaged = [damage.line(store.root, labels.get(damage.run_key, "")) for damage in store.damaged(labels)]
     try:
         check_same_study(study)
         notes = []
@@ -207,11 +210,13 @@ def run_study(
     progress: Callable[[Sequence[Task]], Watcher] | None = None,
     echo: Echo = _silent,
     ctrl_c: Guard | None = None,
+    run: Callable[[RunSpec], RunResult] = run_captured,
 ) -> StudyReport:
     """Run what is missing of `study`; see the module docstring for the guarantees.
 
     `progress` makes the watcher of the tasks about to run, `echo` takes the driver's lines
-    and `ctrl_c` guards the loop: the command line's, none by default.
+    and `ctrl_c` guards the loop: the command line's, none by default. `run` is what each
+    task runs (a stand-in measures the runner alone: benchmarks/scaling.py).
     Raises, before any work: `FolderUnusable` for an output folder that cannot be written,
     `OtherStudy` for one that holds another study, `FolderInUse` while another driver holds it,
     `TrackingError` or `ClusterUnreachable` for a store or an address that does not answer
@@ -234,7 +239,7 @@ def run_study(
             echo(f"warning: {study.output_dir} cannot be locked (no file locks here): "
                  "nothing stops a second driver on it")
         return _run_locked(study, backend or study.backend, workers or study.workers, address,
-                           force, rerun_failed, progress, echo, ctrl_c or _NoGuard())
+                           force, rerun_failed, progress, echo, ctrl_c or _NoGuard(), run)
 
 
 def _set_aside_damaged(study: StudySpec, store: ResultStore, echo: Echo) -> int:
@@ -253,6 +258,7 @@ def _set_aside_damaged(study: StudySpec, store: ResultStore, echo: Echo) -> int:
 def _run_locked(
     study: StudySpec, backend: str, workers: int, address: str | None, force: bool, rerun_failed: bool,
     progress: Callable[[Sequence[Task]], Watcher] | None, echo: Echo, ctrl_c: Guard,
+    run: Callable[[RunSpec], RunResult],
 ) -> StudyReport:
     started = time.monotonic()
     store = ResultStore(study.output_dir)
@@ -261,7 +267,7 @@ def _run_locked(
     plan = plan_study(study, store, force=force, rerun_failed=rerun_failed)
     report = StudyReport(study=study, plan=plan)
     with writing("study.json", store.root):
-        _write_study_file(study)
+        write_study_file(study)
     line = other_versions_line(store)
     if line:
         echo(line)
@@ -269,7 +275,7 @@ def _run_locked(
     if study.tracking_enabled:
         try:
             tracker = StudyTracker(study.tracking_uri, study.name)
-            tracker.start(study, _config_text(study), {"backend": backend, "workers": workers})
+            tracker.start(study, study.config_text(), {"backend": backend, "workers": workers})
             report.runs_address = tracker.runs_address()
             # A run about to run again (set aside as damaged, or --force) keeps no FINISHED child.
             logged, killed = tracker.reconcile(store, [r.run_key for r in plan.runs], rerun=[r.run_key for r in plan.todo])
@@ -287,13 +293,16 @@ def _run_locked(
     )
     bar = progress(tasks) if progress else None
     hook = tracker.worker_hook() if tracker is not None else None
-    outcomes: Iterator[Outcome] = (map_tasks(tasks, backend, workers, address, run=run_captured, hook=hook)
+    outcomes: Iterator[Outcome] = (map_tasks(tasks, backend, workers, address, run=run, hook=hook)
                                    if tasks else iter(()))
     try:
         with ctrl_c.taken():
             for outcome in outcomes:
                 with ctrl_c.deferred():
                     _settle(outcome, store, tracker, report)
+                    if store.saved_since_compaction >= COMPACT_EVERY:
+                        with writing("the compacted runs", store.root):
+                            store.compact()
                     if bar is not None:
                         bar.update(outcome)
     except KeyboardInterrupt:
@@ -308,6 +317,11 @@ def _run_locked(
             close()  # cancels what is still running
         if bar is not None:
             bar.close()
+    try:
+        if len(store.loose_keys()) >= COMPACT_EVERY:  # also what a crashed driver left loose
+            store.compact()
+    except OSError as exc:  # the loose files stay the finished runs' record
+        report.tracking_warnings.append(f"the finished runs stay uncompacted: cannot write {store.root} ({reason(exc)})")
     report.wall_time_s = time.monotonic() - started
     if tracker is not None and ctrl_c.cut_short:
         # It may have stopped an MLflow call midway, and a sqlite store's write lock with it.
@@ -368,20 +382,3 @@ def _keep_unsaved(result: RunResult, store: ResultStore, report: StudyReport) ->
                              f"{store.runs_dir}/" if folder is not None else
                              f"finished run {label} could not be kept anywhere ({why}); it runs again")
     return folder is not None
-
-
-def _config_text(study: StudySpec) -> str:
-    import yaml
-
-    if study.source is not None and study.source.is_file():
-        return study.source.read_text()
-    return yaml.safe_dump(study.raw, sort_keys=False)
-
-
-def _write_study_file(study: StudySpec) -> None:
-    """The study's config beside its runs, so the output folder explains itself."""
-    write_json_atomic(
-        {"name": study.name, "config": study.raw, "source": str(study.source or ""),
-         "run_keys": [r.run_key for r in study.runs]},
-        study.output_dir / "study.json",
-    )

@@ -72,6 +72,14 @@ class StudySpec:
     def tracking_enabled(self) -> bool:
         return self.tracking_uri != NO_TRACKING
 
+    def config_text(self) -> str:
+        """The study file as the user wrote it (else its config as YAML): what MLflow keeps."""
+        import yaml
+
+        if self.source is not None and self.source.is_file():
+            return self.source.read_text()
+        return yaml.safe_dump(self.raw, sort_keys=False)
+
     def settings(self, label: str) -> AlgorithmSettings:
         for entry in self.algorithm_settings:
             if entry.label == label:

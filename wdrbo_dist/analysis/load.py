@@ -108,7 +108,7 @@ def per_step(records: pd.DataFrame, metric: Metric) -> dict[str, np.ndarray]:
 
 def _read_records(store: ResultStore, key: str) -> pd.DataFrame:
     """Only the columns the analysis needs (much faster than whole records for big studies)."""
-    return pd.read_parquet(store.records_path(key), columns=list(STEP_INPUT))
+    return store.read_records(key, columns=STEP_INPUT)
 
 
 def _finished_row(records: pd.DataFrame, meta: dict[str, Any], metric: Metric) -> tuple[dict, dict[str, np.ndarray]]:
@@ -135,7 +135,11 @@ def load_runs(
     store: ResultStore, expected: Sequence[RunSpec], metric: Metric
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rows for the expected runs (any status) and the per-step curves of the finished ones."""
-    finished, failed = store.finished_keys(), store.failed_keys()
+    loose = store.loose_keys()
+    finished, failed = loose | store.compacted.keys(), store.failed_keys()
+    # The compacted runs in one scan of the dataset; the loose ones file by file.
+    compacted = store.compacted.scan({s.run_key for s in expected} & (finished - loose), STEP_INPUT)
+    index = store.compacted.index()
     rows: list[dict[str, Any]] = []
     curves: list[tuple[dict[str, Any], dict[str, np.ndarray]]] = []
     for spec in expected:
@@ -152,8 +156,10 @@ def load_runs(
         }
         if key in finished:
             try:
-                records = _read_records(store, key)
-                meta = store.read_meta(key)
+                if key in compacted:
+                    records, meta = compacted[key], {"wall_time_s": float(index.at[key, "wall_time_s"])}
+                else:
+                    records, meta = _read_records(store, key), store.read_meta(key)
                 values, curve = _finished_row(records, meta, metric)
             except Exception as exc:  # a damaged file is a failure to show, not to hide
                 row.update(status=FAILED, error=f"unreadable result: {type(exc).__name__}: {exc}")

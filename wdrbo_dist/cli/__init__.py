@@ -20,7 +20,7 @@ from wdrbo_dist.threads import default_thread_environment
 
 # The driver hands out runs and stores results; every run sets its own threads. One OpenMP /
 # BLAS thread here, fixed before NumPy or torch is first imported, keeps the driver's thread
-# pools off the cores the workers use (benchmarks/scaling.py --seeds 4 --backends local:
+# pools off the cores the workers use (benchmarks/workers.py --seeds 4 --backends local:
 # 2 workers 1.80x one worker without it, 1.90x with it). Set them yourself to override.
 default_thread_environment(1)
 

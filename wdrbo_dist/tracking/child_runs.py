@@ -107,7 +107,7 @@ def log_child_run(
     if result.ok and result.records is not None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "records.parquet"  # the same artifact name for every run
-            if records_file is not None:
+            if records_file is not None and Path(records_file).is_file():  # else compacted since
                 path.symlink_to(Path(records_file).resolve())
             else:
                 result.records.to_parquet(path, index=False)

@@ -18,6 +18,7 @@ from wdrbo_dist.mlflow_views import study_view, ui_address
 from wdrbo_dist.run import RunResult
 from wdrbo_dist.tracking import connection
 from wdrbo_dist.tracking.child_runs import WorkerTracking, finish_child_run, log_child_run
+from wdrbo_dist.tracking.sqlite_batch import SqliteBatch, child_runs_by_key
 from wdrbo_dist.tracking.connection import (
     FINISHED, KILLED, RUNNING, apply_client_settings, find_parent_run, mlflow_client, save_view, search_all,
     server_answers, tracking_mode,
@@ -28,14 +29,17 @@ if TYPE_CHECKING:
     from wdrbo_dist.study_spec import StudySpec
 
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+# A sqlite store gets finished runs in batches (`sqlite_batch`): this many, or every few seconds.
+BATCH_RUNS, BATCH_SECONDS = 500, 5.0
 
 
 # The store (parquet) is the canonical data; MLflow is a view of it that the driver keeps in
 # step. Two modes, chosen from the URI:
 #
 # - `driver` (sqlite:///...): only the driver talks to the database (sqlite does not like
-#   concurrent writers, and cluster nodes cannot see the file). It logs each child run after
-#   the run's parquet is durable.
+#   concurrent writers, and cluster nodes cannot see the file). It writes finished runs'
+#   child runs after their parquet is durable, in batches (`sqlite_batch`: 500 runs or 5 s, and
+#   at the end of the command), without the records artifact; a failed run the usual way.
 # - `worker` (http(s)://, a real `mlflow server`): each worker logs its own child run right after
 #   `run_one` returns and leaves it RUNNING; the driver marks it FINISHED (or FAILED) once the
 #   parquet is durable. A worker killed while logging leaves a RUNNING orphan that the driver
@@ -54,8 +58,8 @@ EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_de
 # cumulative_regret_reference, best_y, time_step_s, time_fit_s, time_acquisition_s.
 # Run metrics: final_cumulative_regret, final_cumulative_regret_reference, final_regret,
 # final_best_y, wall_time_s, total_time_fit_s, total_time_acquisition_s, total_time_truth_s,
-# total_inner_solve_s, total_inner_solves, total_inner_programs, total_inner_failures. Artifacts: records.parquet (or
-# traceback.txt for a failed run). The experiment holds saved views of the MLflow UI
+# total_inner_solve_s, total_inner_solves, total_inner_programs, total_inner_failures. Artifacts:
+# records.parquet where a worker logs the run (an mlflow server), traceback.txt for a failed run. The experiment holds saved views of the MLflow UI
 # (`mlflow_views`): the study's runs, and after `report` one comparison per problem.
 class StudyTracker:
     """The driver's MLflow view of one study: experiment, parent run, child runs."""
@@ -73,6 +77,8 @@ class StudyTracker:
         self.client = mlflow_client(uri)
         self.experiment_id = ""
         self.parent_run_id = ""
+        self.batch: SqliteBatch | None = None  # driver mode: finished runs waiting to be written
+        self._written_at = time.monotonic()
 
     # --- study ---------------------------------------------------------------------------------
     def start(self, study: "StudySpec", config_text: str, extra_params: dict[str, str] | None = None) -> None:
@@ -100,6 +106,8 @@ class StudyTracker:
             }
             self.client.log_batch(self.parent_run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
             self.client.log_text(self.parent_run_id, config_text, "study.yaml")
+        if self.mode == "driver":
+            self.batch = SqliteBatch(self.client, self.experiment_id, self.parent_run_id)
 
     def _experiment(self) -> str:
         experiment_id = self._get_or_create_experiment()
@@ -168,7 +176,13 @@ class StudyTracker:
         return []
 
     def flush(self) -> list[str]:
-        """At the end of a command: log the backlog if the server answers now."""
+        """At the end of a command: write the batch, log the backlog if the server answers now."""
+        if self.batch is not None and not self.unreachable:
+            try:
+                self.batch.write()
+            except Exception as exc:  # noqa: BLE001 - the store has them; the next start logs them
+                return [f"mlflow: writing {len(self.batch.pending)} runs failed ({type(exc).__name__}); "
+                        "the next `run` logs them"]
         return self._catch_up() if self.unreachable and self.answers_again(now=True) else []
 
     def _catch_up(self) -> list[str]:
@@ -193,13 +207,23 @@ class StudyTracker:
     # --- child runs ----------------------------------------------------------------------------
     def child_runs(self) -> dict[str, list[tuple[str, str]]]:
         """run_key -> [(run_id, status)] of the study's child runs."""
+        if self.batch is not None:
+            return child_runs_by_key(self.client, self.experiment_id)
         index: dict[str, list[tuple[str, str]]] = {}
         for run in search_all(self.client, self.experiment_id, "tags.role = 'run'"):
             index.setdefault(run.data.tags.get("run_key", ""), []).append((run.info.run_id, run.info.status))
         return index
 
     def record(self, result: RunResult, child_run_id: str | None, records_file: Path | None) -> str:
-        """Log (driver mode) or close (worker mode) the child run of a result the store holds."""
+        """Log (driver mode) or close (worker mode) the child run of a result the store holds.
+        A finished run for a sqlite store joins the batch (written every BATCH_RUNS runs or
+        BATCH_SECONDS, and by `flush`); its child run id is then "" ."""
+        if child_run_id is None and self.batch is not None and result.ok:
+            self.batch.add(result)
+            if len(self.batch.pending) >= BATCH_RUNS or time.monotonic() - self._written_at > BATCH_SECONDS:
+                self.batch.write()
+                self._written_at = time.monotonic()
+            return ""
         if child_run_id is None:
             child_run_id = log_child_run(
                 self.client, self.experiment_id, self.parent_run_id, result, records_file
@@ -228,5 +252,7 @@ class StudyTracker:
             if key in finished and not any(status == FINISHED for _, status in runs):
                 self.record(store.read_result(key), None, store.records_path(key))
                 logged += 1
+        if self.batch is not None:
+            self.batch.write()
         return logged, killed
 

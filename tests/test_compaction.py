@@ -1,0 +1,157 @@
+"""A big study's finished runs are compacted into one dataset: nothing changes for a reader, a
+crash at any point of a compaction loses nothing and duplicates nothing, and the driver, status
+and report read both forms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.test_store import failed, finished
+from wdrbo_dist import study as study_module
+from wdrbo_dist.analysis.load import load_study
+from wdrbo_dist.cli import main
+from wdrbo_dist.compacted import CompactedRuns
+from wdrbo_dist.config import load_study_config
+from wdrbo_dist.run import RunSpec
+from wdrbo_dist.store import ResultStore
+from wdrbo_dist.study import study_status
+
+
+def spec(seed: int, problem: str = "newsvendor") -> RunSpec:
+    return RunSpec.make(algorithm="erbo", problem=problem, seed=seed, evaluations=7, init_size=5, study="unit")
+
+
+def stored(tmp_path: Path, seeds: range) -> tuple[ResultStore, list]:
+    store = ResultStore(tmp_path / "out")
+    results = [finished(spec(seed=s, problem=problem)) for s in seeds for problem in ("newsvendor", "ackley")]
+    for result in results:
+        store.save(result)
+    return store, results
+
+
+def test_compaction_keeps_every_record_and_meta_and_leaves_no_loose_file(tmp_path: Path) -> None:
+    store, results = stored(tmp_path, range(1, 6))
+    before = {r.spec.run_key: (store.read_records(r.spec.run_key), store.read_meta(r.spec.run_key)) for r in results}
+    assert store.compact() == 10
+    assert not list(store.runs_dir.glob("*.json")) and not list(store.runs_dir.glob("*.parquet"))
+    files = sorted(p.relative_to(store.root).as_posix() for p in (store.root / "compacted").rglob("*.parquet"))
+    assert files == ["compacted/index/round-1.parquet", "compacted/records/problem=ackley/round-1.parquet",
+                     "compacted/records/problem=newsvendor/round-1.parquet"]
+    fresh = ResultStore(store.root)  # another reader: nothing kept in memory
+    assert fresh.finished_keys() == set(before) and fresh.loose_keys() == set()
+    for key, (records, meta) in before.items():
+        pd.testing.assert_frame_equal(fresh.read_records(key), records, check_exact=True)
+        assert fresh.read_meta(key) == meta
+        assert fresh.is_finished(key)
+    assert fresh.damaged() == []
+
+
+def test_rounds_add_up_and_a_run_saved_again_is_found_once(tmp_path: Path) -> None:
+    store, results = stored(tmp_path, range(1, 3))
+    store.compact()
+    store.save(finished(spec(seed=9)))
+    store.save(results[0])  # run again (--force): its loose copy and its compacted row
+    assert store.compact() == 1  # the new run; the one already compacted is only tidied away
+    assert len(store.finished_keys()) == 5 and store.loose_keys() == set()
+    assert len(list((store.root / "compacted" / "index").glob("round-*.parquet"))) == 2
+
+
+def test_a_crash_before_the_rounds_index_leaves_loose_runs_and_files_the_next_round_replaces(tmp_path: Path) -> None:
+    store, results = stored(tmp_path, range(1, 4))
+    compacted = CompactedRuns(store.root)
+    runs = [(store.read_meta(r.spec.run_key), store.read_records(r.spec.run_key)) for r in results]
+    compacted.add_round(runs)
+    (store.root / "compacted" / "index" / "round-1.parquet").unlink()  # the commit never happened
+    fresh = ResultStore(store.root)
+    assert fresh.finished_keys() == {r.spec.run_key for r in results} == fresh.loose_keys()
+    assert fresh.compact() == 6
+    files = {p.relative_to(store.root / "compacted").as_posix() for p in (store.root / "compacted").rglob("*.parquet")}
+    assert files == {"index/round-1.parquet", *fresh.compacted.parts()}
+    for r in results:
+        pd.testing.assert_frame_equal(ResultStore(store.root).read_records(r.spec.run_key), r.records, check_exact=True)
+
+
+def test_record_files_no_round_names_are_deleted(tmp_path: Path) -> None:
+    store, _ = stored(tmp_path, range(1, 2))
+    store.compact()
+    stray = store.root / "compacted" / "records" / "problem=ackley" / "round-7.parquet"
+    stray.write_bytes(b"left by a crash")
+    store.save(finished(spec(seed=5)))
+    store.compact()
+    assert not stray.exists() and len(store.finished_keys()) == 3
+
+
+def test_a_crash_after_the_commit_leaves_both_forms_and_each_run_is_counted_once(tmp_path: Path) -> None:
+    store, results = stored(tmp_path, range(1, 4))
+    runs = [(store.read_meta(r.spec.run_key), store.read_records(r.spec.run_key)) for r in results]
+    CompactedRuns(store.root).add_round(runs)  # committed; the loose files were not yet deleted
+    fresh = ResultStore(store.root)
+    assert len(fresh.finished_keys()) == 6
+    assert fresh.compact() == 0  # nothing new: the loose copies go
+    assert fresh.loose_keys() == set() and len(fresh.finished_keys()) == 6
+
+
+def test_a_reader_that_listed_a_run_loose_finds_it_compacted(tmp_path: Path) -> None:
+    store, results = stored(tmp_path, range(1, 2))
+    reader = ResultStore(store.root)
+    key = results[0].spec.run_key
+    assert key in reader.loose_keys()
+    store.compact()  # the driver, meanwhile
+    pd.testing.assert_frame_equal(reader.read_records(key), results[0].records, check_exact=True)
+    assert reader.read_meta(key)["run_key"] == key
+
+
+def test_a_failure_marker_does_not_hide_a_compacted_result(tmp_path: Path) -> None:
+    store, results = stored(tmp_path, range(1, 2))
+    store.compact()
+    key = results[0].spec.run_key
+    store.save(failed(results[0].spec))  # a later attempt failed: the finished result stays
+    assert store.read_meta(key)["status"] == "FINISHED"
+    assert key in store.finished_keys() and key not in store.failed_keys()
+
+
+def test_a_damaged_compacted_file_is_named_set_aside_and_its_runs_run_again(tmp_path: Path) -> None:
+    store, _ = stored(tmp_path, range(1, 3))
+    store.compact()
+    damaged = store.root / "compacted" / "records" / "problem=ackley" / "round-1.parquet"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    fresh = ResultStore(store.root)
+    assert len(fresh.finished_keys()) == 2  # the newsvendor runs; the Ackley ones run again
+    (damage,) = fresh.damaged()
+    assert damage.line(fresh.root).startswith("damaged file compacted/records/problem=ackley/round-1.parquet")
+    folder = fresh.set_aside([damage])
+    assert folder is not None and (folder / "problem=ackley" / "round-1.parquet").is_file()
+    assert ResultStore(store.root).damaged() == [] and len(ResultStore(store.root).finished_keys()) == 2
+
+
+@pytest.fixture
+def small_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(study_module, "COMPACT_EVERY", 3)
+
+
+def test_a_study_compacts_as_it_goes_and_status_report_and_resume_read_both_forms(
+    tmp_path: Path, small_rounds: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "compacting", "problems": ["newsvendor", "three-hump-camel"],
+        "algorithms": [{"name": "gp-ucb", "options": {"raw_samples": 16, "num_restarts": 2}}],
+        "seeds": [1, 2, 3, 4], "evaluations": 6, "init_size": 5, "backend": "serial", "tracking_uri": "none",
+        "output_dir": str(tmp_path / "out"),
+    }))
+    assert main(["run", str(config), "--quiet"]) == 0
+    study = load_study_config(config)
+    store = ResultStore(study.output_dir)
+    # 8 runs: two rounds of 3 as they finish; the last 2 stay in their own files (fewer than a round)
+    assert len(store.compacted.keys()) == 6 and len(store.loose_keys()) == 2
+    assert study_status(study).totals == (8, 0, 0)
+    data = load_study([study])
+    assert data.counts() == {"expected": 8, "finished": 8, "failed": 0, "missing": 0}
+    assert len(data.steps) == 8 * 6
+    capsys.readouterr()
+    assert main(["run", str(config)]) == 0
+    assert "8 already finished" in capsys.readouterr().err
