@@ -83,18 +83,18 @@ def acquisition_terms_work(x, train, lengthscale, inverse, alpha, mean_constant,
     return work
 
 
-def fresh_vectors_work(contexts, train, lengthscale, region, residual_max, polynomial_exp) -> int:  # type: ignore[no-untyped-def]
+def fresh_vectors_work(contexts, train, lengthscale, region, residual_max) -> int:  # type: ignore[no-untyped-def]
     n_contexts, n = contexts.shape[0], train.shape[0]
     return n_contexts * n * contexts.shape[1] + 2 * n_contexts * n * region.shape[1]
 
 
 def fresh_pair_values_work(x, contexts, train, lengthscale, inverse, alpha, mean_constant, beta,  # type: ignore[no-untyped-def]
-                           region, residual_max, polynomial_exp) -> int:
+                           region, residual_max) -> int:
     """Assumes the projection holds where a region is given (else V = I: more work, undercounted)."""
     b, n_contexts, n = x.shape[0], contexts.shape[0], train.shape[0]
     identity = region.shape[1] == 0
     r = _rank(n, region, identity)
-    return (fresh_vectors_work(contexts, train, lengthscale, region, residual_max, polynomial_exp)
+    return (fresh_vectors_work(contexts, train, lengthscale, region, residual_max)
             + forms_work(b, n, r, identity) + b * n * n_contexts + n_contexts * b * r * (r + 1))
 
 

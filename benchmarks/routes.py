@@ -1,48 +1,43 @@
 """The numerical routes one call at a time: how far from a direct solve, and how fast.
 
-Each route is a field of NumericalSettings (wdrbo_dist/settings.py); this measures, on models
-built on each, what sets the constants that choose between them (one thread, random or fitted
-data, seed 0):
+This measures what sets the constants that choose between a computation's routes (the
+fields of NumericalSettings, wdrbo_dist/settings.py, and the cuts and crossovers inside
+them), one thread, random or fitted data, seed 0:
 
     accuracy     how far each rank cut's posterior variances are from a direct solve
-                 (`GaussianProcess.posterior`), beside the V = I route's (an [n, n] form)
+                 (`GaussianProcess.posterior`), beside the V = I route's (an [n, n] form):
+                 the cut runs take is kernel.BASIS_TOLERANCE
     region       how far fresh contexts on a lattice of a box, inside it and beyond it lie
-                 from the span of the box's cut basis, against the check's allowance
-                 (REGION_RESIDUAL_FACTOR, models/context_features.py)
+                 from the span of the box's basis at each rank cut, against the check's
+                 allowance (REGION_RESIDUAL_FACTOR, models/context_features.py)
     forms-step   ms per acquisition call (10 candidates, forward and backward) on the pair
                  and the forms route over n and N: where forms pay (FORMS_MIN_POINTS);
                  --wdrbo: WDRBO's call (N = n, 100 Lipschitz points)
     adam-step    ms per Adam step of every acquisition on torch's and the compiled pass
-    fit          ms per GP fit and us per MAP objective evaluation, NumPy's and compiled
 
     .venv/bin/python benchmarks/routes.py accuracy --problems modified-branin portfolio-uniform
     .venv/bin/python benchmarks/routes.py region --problems modified-branin portfolio-uniform ackley
     .venv/bin/python benchmarks/routes.py forms-step --wdrbo
     .venv/bin/python benchmarks/routes.py adam-step --n 40 --dim-c 2
-    .venv/bin/python benchmarks/routes.py fit
 """
 
 from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
 
 from wdrbo_dist.threads import default_thread_environment
 
 default_thread_environment(1)  # one thread, set before NumPy or torch is imported
 
 from paired import count  # noqa: E402 - the same argparse type
-from wdrbo_dist.settings import NumericalSettings  # noqa: E402
+from wdrbo_dist.settings import CPU, NumericalSettings  # noqa: E402
 
 # The routes are NumericalSettings (a run's come from its device); this measures one against
-# another on models built on each: PAIRS, the pair products and NumPy's objective, then one
-# route at a time replaced (dataclasses.replace).
-PAIRS = NumericalSettings(context_basis=False, basis_tolerance=0.0, region_tolerance=0.0, basis_forms="batched",
-                          context_forms=False, gp_objective="numpy")
+# another on models built on each: CPU, the CPU's, and PAIRS, the pair products everywhere.
+PAIRS = NumericalSettings(context_basis=False)
 
 ACCURACY_TOLERANCES = (0.0, 1e-11, 1e-10, 1e-9, 1e-8)
-SIZES = (10, 20, 40, 60, 80, 99)
 
 
 def _fitted(name: str, points: int):  # type: ignore[no-untyped-def]
@@ -57,7 +52,7 @@ def _fitted(name: str, points: int):  # type: ignore[no-untyped-def]
     generator = torch.Generator().manual_seed(0)
     x = torch.rand(points, problem.dim_x, generator=generator, dtype=torch.float64)
     observed = problem.observe(x, generator)
-    model, _ = fit_gp(torch.cat([x, observed.context], -1), observed.y, generator, PAIRS)
+    model, _ = fit_gp(torch.cat([x, observed.context], -1), observed.y, generator, CPU)
     return problem, x, observed, model, generator
 
 
@@ -107,10 +102,13 @@ def region(problems: list[str], points: int = 99, contexts: int = 1024) -> None:
     context box) at each rank cut: its rank, the largest projection residual of the contexts
     on a lattice of 9 points per axis of the box, of `contexts` uniform contexts inside it, and
     of as many beyond it (up to 30 % of its width past the upper bound), with the check's
-    allowance (`Region.residual_max`)."""
+    allowance (`Region.residual_max`). Each cut replaces the runs' (kernel.BASIS_TOLERANCE) in
+    `region_basis` for the measurement."""
+    import functools
+
     import torch
 
-    from wdrbo_dist.models.gp import GaussianProcess
+    from wdrbo_dist.models import context_features, kernel
     from wdrbo_dist.models.kernel import rbf
 
     print(f"largest projection residual onto the box's basis, GP on {points} random observations (seed 0): "
@@ -124,10 +122,8 @@ def region(problems: list[str], points: int = 99, contexts: int = 1024) -> None:
         beyond = box[1] + 0.3 * width * torch.rand(contexts, problem.dim_c, generator=generator, dtype=torch.float64)
         cells = []
         for tolerance in ACCURACY_TOLERANCES:
-            model = GaussianProcess(fitted.train_x, fitted.train_y, fitted.lengthscale, fitted.noise,
-                                    fitted.mean_constant,
-                                    settings=replace(PAIRS, context_basis=True, region_tolerance=tolerance))
-            found = model.region_basis(box)
+            context_features.numerical_basis = functools.partial(kernel.numerical_basis, relative_tolerance=tolerance)
+            found = fitted.region_basis(box)
             if found is None:
                 cells.append(f"{'no region (grid too large)':>44}")
                 continue
@@ -142,6 +138,7 @@ def region(problems: list[str], points: int = 99, contexts: int = 1024) -> None:
             cells.append(f"r {basis.shape[1]:2d}: {residual(lattice):.0e} / {residual(inside):.0e} / "
                          f"{residual(beyond):.0e} ({found.residual_max:.0e})")
         print(f"{name:<18} " + " ".join(f"{cell:>44}" for cell in cells))
+    context_features.numerical_basis = kernel.numerical_basis
 
 
 def forms_step(
@@ -171,7 +168,8 @@ def forms_step(
             x0 = torch.rand(candidates, 2, generator=generator, dtype=torch.float64)
             times = []
             for forms in (False, True):
-                model = gp.GaussianProcess(train, y, lengthscale, 1e-3, 0.0, settings=replace(PAIRS, context_forms=forms))
+                pair_routes.FORMS_MAX_BATCH = candidates if forms else 0  # the forms route, or the pairs
+                model = gp.GaussianProcess(train, y, lengthscale, 1e-3, 0.0, settings=PAIRS)
                 features = model.context_features(c, points)
 
                 def call() -> None:
@@ -199,8 +197,7 @@ def adam_step(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 300) -> dic
     generator = torch.Generator().manual_seed(0)
     train = torch.rand(n, 1 + dim_c, generator=generator, dtype=torch.float64)
     model = GaussianProcess(train, torch.randn(n, generator=generator, dtype=torch.float64),
-                            torch.tensor([0.2] + [0.3] * dim_c, dtype=torch.float64), 1e-3, 0.1,
-                            settings=replace(PAIRS, context_basis=True))
+                            torch.tensor([0.2] + [0.3] * dim_c, dtype=torch.float64), 1e-3, 0.1, settings=CPU)
     nodes, weights = train[:, 1:], torch.full((n,), 1.0 / n, dtype=torch.float64)
     points = torch.rand(100, dim_c, generator=generator, dtype=torch.float64)
     radius = 0.3 / n**0.5
@@ -255,8 +252,7 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
     generator = torch.Generator().manual_seed(0)
     train = torch.rand(n, 2 + dim_c, generator=generator, dtype=torch.float64)
     model = GaussianProcess(train, torch.randn(n, generator=generator, dtype=torch.float64),
-                            torch.tensor([0.2, 0.2] + [0.3] * dim_c, dtype=torch.float64), 1e-3, 0.1,
-                            settings=replace(PAIRS, context_basis=True))
+                            torch.tensor([0.2, 0.2] + [0.3] * dim_c, dtype=torch.float64), 1e-3, 0.1, settings=CPU)
     box = torch.tensor([[0.0] * dim_c, [1.0] * dim_c], dtype=torch.float64)
     samples = torch.rand(1024, dim_c, generator=generator, dtype=torch.float64)
     grid = context_grid(box, 1024, False)
@@ -268,55 +264,12 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
                                                                 torch.Generator().manual_seed(1), compiled=compiled)
         acquisitions[f"minimax, {route}"] = MinimaxAcquisition(model, 1.5, grid, weights, gram, 0.3, False, False,
                                                                compiled=compiled)
-        if compiled:
-            acquisitions["minimax, sparse"] = MinimaxAcquisition(model, 1.5, grid, weights, gram, 0.3, False, False,
-                                                                 compiled=True, sparse_gradient=True)
         acquisitions[f"stableopt, {route}"] = MinimumUCB(model, 1.5, box, 1024, torch.Generator().manual_seed(1),
                                                          compiled=compiled)
-        if compiled:
-            acquisitions["stableopt, kernel"] = MinimumUCB(model, 1.5, box, 1024, torch.Generator().manual_seed(1),
-                                                           compiled=True, compiled_gradient=True)
     x = {5: torch.rand(5, 2, generator=generator, dtype=torch.float64).requires_grad_(True)}
     x[10] = torch.rand(10, 2, generator=generator, dtype=torch.float64).requires_grad_(True)
     steps = {label: (acquisition, x[5 if label.startswith("drbo-kde") else 10]) for label, acquisition in acquisitions.items()}
     return _best_ms(steps, repeats, calls, 5)
-
-
-def fit_times(repeats: int = 20) -> None:
-    """ms per fit and us per objective evaluation, each objective, for every n in SIZES."""
-    import numpy as np
-    import torch
-
-    from wdrbo_dist.models.compiled_fit import CompiledMapObjective
-    from wdrbo_dist.models.fit import fit_gp, standardize
-    from wdrbo_dist.models.map_objective import MapObjective, lengthscale_prior
-
-    def best_seconds(call, runs: int) -> float:  # type: ignore[no-untyped-def]
-        call()  # the first call compiles (numba) or warms the caches
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            for _ in range(runs):
-                call()
-            times.append((time.perf_counter() - start) / runs)
-        return min(times)
-
-    print(f"one thread, D = 3, best of 3 x {repeats} fits / x {repeats * 50} evaluations")
-    print(f"{'n':>4} {'fit numpy ms':>13} {'fit compiled ms':>16} {'ratio':>6} {'eval numpy us':>14} "
-          f"{'eval compiled us':>17} {'ratio':>6}")
-    for n in SIZES:
-        generator = torch.Generator().manual_seed(n)
-        x = torch.rand(n, 3, generator=generator, dtype=torch.float64)
-        y = torch.sin(6 * x).sum(-1) + 0.1 * torch.randn(n, generator=generator, dtype=torch.float64)
-        fits = [best_seconds(lambda r=route: fit_gp(x, y, torch.Generator().manual_seed(0), replace(PAIRS, gp_objective=r)),
-                             repeats) for route in ("numpy", "compiled")]
-        host_x, host_y = x.numpy(), standardize(y)[0].numpy()
-        theta = np.array([0.3, 0.4, 0.5, 0.01, 0.1])
-        objectives = (MapObjective(host_x, host_y, lengthscale_prior(3)),
-                      CompiledMapObjective(host_x, host_y, lengthscale_prior(3)))
-        evaluations = [best_seconds(lambda o=objective: o(theta), repeats * 50) for objective in objectives]
-        print(f"{n:>4} {fits[0] * 1e3:>13.2f} {fits[1] * 1e3:>16.2f} {fits[1] / fits[0]:>6.2f} "
-              f"{evaluations[0] * 1e6:>14.0f} {evaluations[1] * 1e6:>17.0f} {evaluations[1] / evaluations[0]:>6.2f}")
 
 
 def main() -> None:
@@ -333,7 +286,6 @@ def main() -> None:
     adam = commands.add_parser("adam-step")
     adam.add_argument("--n", type=count, default=99, help="training points of the GP")
     adam.add_argument("--dim-c", type=count, default=1, help="context dimensions")
-    commands.add_parser("fit")
     args = parser.parse_args()
     if args.command == "accuracy":
         accuracy(args.problems)
@@ -343,15 +295,13 @@ def main() -> None:
         forms_step([30, 40, 48, 60, 80, 99], None, gradient_points=100)
     elif args.command == "forms-step":
         forms_step([30, 40, 48, 60, 80, 99], [100, 512, 1024, 2048])
-    elif args.command == "adam-step":
+    else:
         for label, ms in adam_step(args.n, args.dim_c).items():
             print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, 10 candidates, n = {args.n}, "
                   f"d_c = {args.dim_c})")
         for label, ms in pair_step_times(args.n, args.dim_c).items():
             print(f"{label:<20} {ms:.3f} ms per Adam step (forward + backward, {5 if 'kde' in label else 10} "
                   f"candidates, n = {args.n}, d_c = {args.dim_c})")
-    else:
-        fit_times()
 
 
 if __name__ == "__main__":

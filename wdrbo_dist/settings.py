@@ -21,29 +21,11 @@ class NumericalSettings:
     # The GP's route for a context set (models/pair_routes.py, `ucb_pairs`): a numerical basis
     # of the context vectors wherever it needs fewer multiply-adds, or always the pair products.
     context_basis: bool = True
-    # The rank cut of that basis: singular vectors above sigma_1 * this (0: numpy's rank).
-    basis_tolerance: float = 1e-9
-    # The same cut for a box's fresh contexts (`region_basis`; 0: numpy's rank, a 1e-11 check).
-    region_tolerance: float = 1e-9
-    # The candidates' forms on the basis route: one [r, n] x [n, c r] product, or one bmm each.
-    basis_forms: Literal["one_product", "batched"] = "one_product"
-    # A few candidates off the basis route: [n, n] quadratic forms with a closed-form gradient
-    # (models/pair_routes.py, `quadratic_forms`), or the pair products and autograd.
-    context_forms: bool = True
-    # The GP fit's MAP objective: two numba kernels (models/compiled_fit.py) or NumPy's.
-    gp_objective: Literal["compiled", "numpy"] = "compiled"
     # An Adam step's value and x-gradient: the compiled kernels (acquisition/compiled.py, CPU
     # only) or torch's autograd through the GP's routes.
     adam_pass: Literal["compiled", "torch"] = "compiled"
-    # Fresh contexts' exponentials in the compiled kernels: a vectorised polynomial or libm.
-    fresh_exp: Literal["polynomial", "libm"] = "polynomial"
     # WDRBO's differentiated L(x): its x-gradient in closed form or by a double backward.
     wdrbo_L_gradient: Literal["analytic", "autograd"] = "analytic"
-    # StableOpt's compiled pass: the kernel's closed-form gradient at the minimising contexts,
-    # or torch's posterior and autograd there.
-    stable_compiled_gradient: bool = True
-    # The minimax's compiled pass: the backward pass over the grid points of nonzero weight only.
-    minimax_sparse_gradient: bool = True
     # DRBO-MMD's conic program: a compiled solver workspace per step, or CVXPY's problem.solve.
     mmd_solve_path: Literal["compiled", "cvxpy"] = "compiled"
     # The PSD-safe factor of the grid's Gram matrix: pivoted, eigen (cutoff), cholesky (jitter).
@@ -54,8 +36,6 @@ class NumericalSettings:
     mmd_equilibrate: bool | None = None
     # Certified working-set solves (acquisition/mmd_working_set.py): Clarabel and the compiled path only.
     mmd_working_set: bool = True
-    # What solves the working set's restricted programs: acquisition/mmd_ipm.py's method or Clarabel.
-    mmd_restricted_solver: Literal["compiled", "clarabel"] = "compiled"
 
     @classmethod
     def for_run(cls, device: str) -> "NumericalSettings":
@@ -64,10 +44,6 @@ class NumericalSettings:
         if not device.startswith("cpu"):  # the compiled kernels take CPU tensors only
             settings = replace(settings, adam_pass="torch")
         return settings
-
-    @property
-    def forms_in_one_product(self) -> bool:
-        return self.basis_forms == "one_product"
 
 
 CPU = NumericalSettings()

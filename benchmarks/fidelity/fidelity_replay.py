@@ -53,8 +53,9 @@ from wdrbo_dist.acquisition.sobol import scrambled_sobol  # noqa: E402
 from wdrbo_dist.algorithms import make_algorithm  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.cli.usage import UsageError  # noqa: E402
+from wdrbo_dist.models.compiled_fit import CompiledMapObjective  # noqa: E402
 from wdrbo_dist.models.fit import fit_gp, standardize  # noqa: E402
-from wdrbo_dist.models.map_objective import MapObjective, lengthscale_prior  # noqa: E402
+from wdrbo_dist.models.map_objective import lengthscale_prior  # noqa: E402
 from wdrbo_dist.problems import make_problem  # noqa: E402
 from wdrbo_dist.settings import NumericalSettings  # noqa: E402
 
@@ -152,7 +153,7 @@ def replay(args: argparse.Namespace) -> None:
         g = torch.Generator().manual_seed(args.seed + t)
         model, _ = fit_gp(inputs, y[:t], g, NumericalSettings.for_run("cpu"))  # our run's routes
         y_std, _, _ = standardize(y[:t])
-        objective = MapObjective(inputs.numpy(), y_std.numpy(), lengthscale_prior(inputs.shape[1]))
+        objective = CompiledMapObjective(inputs.numpy(), y_std.numpy(), lengthscale_prior(inputs.shape[1]))
         ours_theta = np.concatenate([model.lengthscale.numpy(), [model.noise, model.mean_constant]])
         their_theta = np.concatenate([answer["lengthscale"], [answer["noise"], answer["mean_constant"]]])
         d_obj = objective(ours_theta)[0] - objective(their_theta)[0]

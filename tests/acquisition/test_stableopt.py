@@ -48,16 +48,18 @@ def test_box_helper_and_switch_override() -> None:
     assert algo.options["stable_box_sign_bug"] is False
 
 
-@pytest.mark.parametrize("compiled_gradient", [True, False])
+@pytest.mark.parametrize("adam_pass", ["compiled", "torch"])
 def test_value_is_the_min_ucb_over_the_calls_points_and_the_gradient_is_at_the_argmin(
-    compiled_gradient: bool, monkeypatch: pytest.MonkeyPatch
+    adam_pass: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """NumericalSettings.stable_compiled_gradient (on the CPU): the pair kernel gives the minimum and its
-    x-gradient at the minimising contexts, without torch's recomputation there; off, torch's
-    posterior and autograd give them. The same values and gradients to rounding."""
+    """On the CPU (NumericalSettings.adam_pass `compiled`) the pair kernel gives the minimum and
+    its x-gradient at the minimising contexts, without torch's recomputation there; on torch's
+    pass (another device's), torch's posterior and autograd give them. Both are the direct
+    posterior's minimum and its gradient at the arg-min, to rounding."""
+    compiled_gradient = adam_pass == "compiled"
     problem, state, model = _state_and_model()
     acq = StableOpt(problem, "paper").acquisition(
-        with_routes(model, stable_compiled_gradient=compiled_gradient), state, torch.Generator().manual_seed(3))
+        with_routes(model, adam_pass=adam_pass), state, torch.Generator().manual_seed(3))
     replay = torch.Generator().manual_seed(3)
     box = stable_box(state.context, 1.0, sign_bug=False)
     points = box[0] + (box[1] - box[0]) * scrambled_sobol(1024, 2, replay)
@@ -79,9 +81,14 @@ def test_value_is_the_min_ucb_over_the_calls_points_and_the_gradient_is_at_the_a
     assert torch.allclose(grad, expected_grad, atol=1e-10)
 
 
-def test_the_kernel_gradient_is_the_cpus_route_in_both_profiles() -> None:
-    assert NumericalSettings.for_run("cpu").stable_compiled_gradient is True
-    assert "stable_compiled_gradient" not in StableOpt.declared_options()
+@pytest.mark.parametrize("fidelity", ["paper", "reference"])
+def test_the_kernel_gradient_is_the_cpus_route_in_both_profiles(fidelity: str) -> None:
+    problem, state, model = _state_and_model()
+    x = torch.rand(5, 2, generator=torch.Generator().manual_seed(4), dtype=T)
+    for device, taken in (("cpu", True), ("cuda", False)):  # (the settings of a GPU run, on CPU tensors)
+        routed = with_routes(model, **vars(NumericalSettings.for_run(device)))
+        acq = StableOpt(problem, fidelity).acquisition(routed, state, torch.Generator().manual_seed(3))
+        assert (acq.value_and_gradient(x) is not None) is taken
 
 
 def test_contexts_are_redrawn_at_every_call() -> None:

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from wdrbo_dist.models.map_objective import FAILED_OBJECTIVE, LENGTHSCALE_MIN, NOISE_MIN, MapObjective, lengthscale_prior
+from wdrbo_dist.models.compiled_fit import CompiledMapObjective
 from wdrbo_dist.models.lbfgsb import minimize_lbfgsb
+from wdrbo_dist.models.map_objective import FAILED_OBJECTIVE, LENGTHSCALE_MIN, NOISE_MIN, lengthscale_prior
 
 
 def _scipy(objective, start: np.ndarray, lower: np.ndarray, upper: np.ndarray):  # type: ignore[no-untyped-def]
@@ -33,7 +34,7 @@ def test_a_fit_takes_scipys_steps(seed: int) -> None:
     y = np.sin(6 * x).sum(-1) + 0.1 * generator.standard_normal(n)
     y = (y - y.mean()) / y.std(ddof=1)
     loc, scale = lengthscale_prior(dim)
-    objective = MapObjective(x, y, (loc, scale))
+    objective = CompiledMapObjective(x, y, (loc, scale))
     lower = np.array([LENGTHSCALE_MIN] * dim + [NOISE_MIN, -np.inf])
     upper = np.full(dim + 2, np.inf)
     prior_modes = np.array([np.exp(loc - scale**2)] * dim + [np.exp(-4.0 - 1.0), 0.0])

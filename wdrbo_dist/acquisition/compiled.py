@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 # Whether an Adam step takes these kernels is the run's route (NumericalSettings.adam_pass,
 # `compiled` on the CPU): the acquisition and its closed-form x-gradient in one numba call, the
 # same values to rounding as torch's autograd through the GP's routes, an Adam step 2-15x cheaper
-# (benchmarks/routes.py adam-step). Fresh contexts' exponentials: NumericalSettings.fresh_exp.
+# (benchmarks/routes.py adam-step).
 # The compiled pass serves calls of at most this many candidates (Adam's restarts); the
 # screening pass's hundreds keep torch's, whose products run at BLAS speed.
 COMPILED_MAX_BATCH = 16
@@ -105,10 +105,9 @@ class FixedContextUCB:
         return value, kernel.gradient(kept, weights)
 
 
-def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Region | None,
-                         polynomial_exp: bool = False) -> "CompiledFreshPairs | None":
-    """The kernel's UCB [b, N] for contexts drawn afresh at every call (None off the CPU or
-    float64); `polynomial_exp`: NumericalSettings.fresh_exp `polynomial`."""
+def compiled_fresh_pairs(model: GaussianProcess, beta: float, region: Region | None) -> "CompiledFreshPairs | None":
+    """The kernel's UCB [b, N] for contexts drawn afresh at every call, their exponentials by a
+    vectorised polynomial within 1 ulp of libm's (None off the CPU or float64)."""
     from wdrbo_dist.models.compiled_pairs import CompiledFreshPairs
 
-    return CompiledFreshPairs.build(model, beta, region, polynomial_exp)
+    return CompiledFreshPairs.build(model, beta, region)

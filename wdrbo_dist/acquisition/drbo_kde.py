@@ -43,8 +43,8 @@ from wdrbo_dist.models.gp import GaussianProcess
 # Gradient as in the reference: through u only (m(x) and the sorted-weight mask are constants),
 # which is the LP's envelope gradient with (a*, b*) frozen. An Adam step's u comes from the
 # compiled pair kernel (NumericalSettings.adam_pass, on the CPU), its backward pass from the
-# sorted weights; m(x) from the fresh-context kernel, its exponentials by a polynomial
-# (NumericalSettings.fresh_exp) or libm.
+# sorted weights; m(x) from the fresh-context kernel, its exponentials by a vectorised
+# polynomial within 1 ulp of libm's.
 #
 # The Sobol points for m(x) are re-drawn at every acquisition call in both profiles (spec 1.6,
 # 8.16): that is how the reference's optimiser sees this acquisition, and redrawing does not
@@ -146,14 +146,13 @@ class DRBOKDEAcquisition(Acquisition):
         closed_form: bool = True,
         detach_min: bool = True,
         compiled: bool = False,
-        polynomial_exp: bool = False,
     ) -> None:
         super().__init__(radius=radius)
         self.model = model
         self.beta = beta
         self.samples_ucb = FixedContextUCB(model, kde, beta, compiled)  # u [b, N]: the samples are fixed for the step
         # m(x)'s Sobol points change at every call
-        self.fresh = FreshContextUCB(model, beta, min_box, compiled, polynomial_exp)
+        self.fresh = FreshContextUCB(model, beta, min_box, compiled)
         self.min_points = min_points
         self.min_box = min_box  # [2, d_c]: c = min_box[0] + (min_box[1] - min_box[0]) * v
         self.generator = generator
@@ -269,5 +268,4 @@ class DRBOKDE(Algorithm):
             closed_form=bool(self.options["drbokde_closed_form"]),
             detach_min=bool(self.options["drbokde_min_detached"]),
             compiled=model.settings.adam_pass == "compiled",
-            polynomial_exp=model.settings.fresh_exp == "polynomial",
         )

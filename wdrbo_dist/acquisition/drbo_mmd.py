@@ -162,7 +162,6 @@ class DRBOMMD(Algorithm):
                 warm_start=settings.mmd_warm_start,
                 equilibrate=solver == "SCS" if equilibrate is None else equilibrate,
                 working_set=settings.mmd_working_set,
-                restricted_solver=settings.mmd_restricted_solver,
             )
         return self._program
 

@@ -1,4 +1,4 @@
-"""A compiled interior-point solver for the working set's restricted programs (`mmd_restricted_solver`).
+"""A compiled interior-point solver for the working set's restricted programs, and its rounds.
 
 Why: an Ackley run of DRBO-MMD solves about 40,000 restricted programs of a handful of
 variables, one equality row and one small second-order cone, and Clarabel spends most of its
@@ -204,13 +204,10 @@ def certified_rounds(
     by_variable: np.ndarray, dual_rows: np.ndarray, centre: np.ndarray, b_eq: np.ndarray, b_cone: np.ndarray,
     tolerance: float, max_rounds: int, added_per_round: int, max_size: int, support_threshold: float,
 ) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, int]:
-    """mmd_working_set.WorkingSetSolver's rounds with this module's restricted solves, compiled
-    whole: (certified, solution, its support, the dual, restricted programs solved).
-
-    The same operations as the Python rounds in the same order (LAPACK's QR and BLAS's products
-    reached through numba are the ones SciPy and NumPy call), so the same solutions to the bit
-    (tests/acquisition/test_mmd_working_set.py); what is gone is the Python between them, which
-    took more time than the restricted solves themselves. `dual_guess` of length 0: none."""
+    """The working set's rounds (the comment above mmd_working_set.SimplexConeProgram) with this
+    module's restricted solves: (certified, solution, its support, the dual, restricted programs
+    solved). Compiled whole: in Python the calls between the solves take more time than the
+    solves themselves. `dual_guess` of length 0: none."""
     n, zero = c.shape[0], b_eq.shape[0]
     chosen = np.zeros(n, dtype=np.bool_)
     chosen[np.argmin(c)] = True
@@ -254,8 +251,8 @@ def certified_rounds(
         dual = np.empty(zero + 1 + q.shape[0])
         dual[:zero] = y
         dual[zero] = z[0]
-        # Q's layout as the Python rounds have it (thin_qr's column-major Q; NumPy's row-major Q of
-        # a wide block): BLAS sums Q z in another order for each
+        # Q column-major for a tall block, row-major for a wide one: BLAS sums Q z in another order
+        # for each, and these are the orders the records were made with
         tail_dual = np.ascontiguousarray(z[1:])
         if tail >= k1 + 1:
             dual[zero + 1 :] = np.dot(np.asfortranarray(q), tail_dual)

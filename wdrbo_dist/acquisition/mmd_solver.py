@@ -3,8 +3,8 @@
 One parametrized CVXPY problem per run; per BO step the parameters are applied once and a
 solver workspace (Clarabel or SCS) is set up, then each candidate changes only the objective
 vector. With `working_set`, the program restricted to a few grid points is solved first (by
-mmd_ipm.py's compiled method or by Clarabel: `restricted_solver`) and the answer kept only when
-its dual certifies it optimal (mmd_working_set.py).
+mmd_ipm.py's compiled method) and the answer kept only when its dual certifies it optimal
+(mmd_working_set.py).
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ class MMDWorstCase:
         warm_start: bool = True,
         equilibrate: bool = True,
         working_set: bool = False,
-        restricted_solver: str = "clarabel",
     ) -> None:
         if solver not in SOLVERS:
             raise ValueError(f"mmd_solver must be one of {SOLVERS}, got {solver!r}")
@@ -81,9 +80,7 @@ class MMDWorstCase:
         self.complete_programs = 0  # complete programs solved (telemetry)
         self._cvx: dict[str, Any] | None = None  # CVXPY objects, built in the using process
         self._step: dict[str, Any] = {}
-        self._working = (
-            WorkingSetSolver(equilibrate=equilibrate, restricted_solver=restricted_solver) if self.working_set else None
-        )
+        self._working = WorkingSetSolver() if self.working_set else None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

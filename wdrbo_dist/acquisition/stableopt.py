@@ -38,24 +38,22 @@ def stable_box(contexts: Tensor, sigmas: float, sign_bug: bool) -> Tensor:
 # reference's optimiser sees this noisy acquisition, and redrawing does not change what it
 # estimates; the scramble seed comes from the run's generator. The gradient flows through the
 # arg-min point (as torch.min's does): the min is found without gradient and the UCB is
-# recomputed, differentiably, at each candidate's minimising context only. An Adam step's search
-# for the minimum takes the compiled pair kernel (NumericalSettings.adam_pass, on the CPU);
-# with NumericalSettings.stable_compiled_gradient the kernel's minimum is the value
-# and its closed-form gradient at the minimising contexts replaces torch's recomputation (the
-# same values and gradients to rounding; 0.5-0.8 ms less per Adam step on one context dimension);
-# with NumericalSettings.fresh_exp `polynomial` the contexts' kernel exponentials in
-# those compiled calls are a vectorised polynomial within 1 ulp of libm's.
+# recomputed, differentiably, at each candidate's minimising context only. An Adam step takes
+# the compiled pair kernel (NumericalSettings.adam_pass, on the CPU): its minimum is the value
+# and its closed-form gradient at the minimising contexts is the x-gradient, without torch's
+# recomputation (0.5-0.8 ms less per Adam step on one context dimension); the contexts' kernel
+# exponentials there are a vectorised polynomial within 1 ulp of libm's. Other devices take
+# torch's search and its recomputation at the minimising contexts.
 class MinimumUCB(Acquisition):
     """min_j UCB(x, c_j) over a context set re-drawn in `box` at every call."""
 
     def __init__(self, model: GaussianProcess, beta: float, box: Tensor, points: int, generator: torch.Generator,
-                 compiled: bool = False, compiled_gradient: bool = False, polynomial_exp: bool = False) -> None:
+                 compiled: bool = False) -> None:
         super().__init__()
-        self.compiled_gradient = compiled_gradient
         self.model = model
         self.beta = beta
         self.box = box.to(model.train_x)
-        self.ucb = FreshContextUCB(model, beta, self.box, compiled, polynomial_exp)
+        self.ucb = FreshContextUCB(model, beta, self.box, compiled)
         self.points = points
         self.generator = generator
 
@@ -64,10 +62,10 @@ class MinimumUCB(Acquisition):
         return self.box[0] + (self.box[1] - self.box[0]) * v
 
     def value_and_gradient(self, x: Tensor) -> tuple[Tensor, Tensor] | None:
-        """An Adam step on the compiled pair kernel (`compiled_gradient`): the minimum and its
-        x-gradient without autograd, which `forward`'s autograd gives to the bit (its backward
-        pass is the kernel's with one weight per candidate, here 1 rather than autograd's -1)."""
-        kernel = self.ucb.kernel(x) if self.compiled_gradient else None
+        """An Adam step on the compiled pair kernel: the minimum and its x-gradient without
+        autograd, which `forward`'s autograd gives to the bit (its backward pass is the kernel's
+        with one weight per candidate, here 1 rather than autograd's -1)."""
+        kernel = self.ucb.kernel(x)
         if kernel is None:
             return None
         values, kept = kernel.minimum_values(x, self.contexts())
@@ -75,7 +73,7 @@ class MinimumUCB(Acquisition):
 
     def forward(self, x: Tensor) -> Tensor:
         contexts = self.contexts()
-        if self.compiled_gradient and x.requires_grad and torch.is_grad_enabled():
+        if x.requires_grad and torch.is_grad_enabled():
             minimum = self.ucb.minimum(x, contexts)
             if minimum is not None:
                 return minimum
@@ -101,6 +99,4 @@ class StableOpt(Algorithm):
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:
         box = stable_box(state.context, float(self.options["stable_box_sigmas"]), bool(self.options["stable_box_sign_bug"]))
         return MinimumUCB(model, float(self.options["beta"]), box, max(1, int(self.options["stable_points"])), generator,
-                          compiled=model.settings.adam_pass == "compiled",
-                          compiled_gradient=model.settings.stable_compiled_gradient,
-                          polynomial_exp=model.settings.fresh_exp == "polynomial")
+                          compiled=model.settings.adam_pass == "compiled")

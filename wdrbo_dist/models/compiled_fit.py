@@ -1,11 +1,12 @@
-"""The GP's MAP objective in two numba kernels around LAPACK (NumericalSettings.gp_objective `compiled`).
+"""The GP's MAP objective, -(log N(y | m, K + s2 I) + log priors) / n, and its analytic gradient
+in two numba kernels around LAPACK, for the ~50 evaluations of one L-BFGS-B fit.
 
-The same objective and analytic gradient as `map_objective.MapObjective` (the values agree to
-~1e-13, the gradients to ~1e-11), for the ~50 evaluations of one L-BFGS-B fit. NumPy takes each in
-~20 small array calls (about 0.55 ms at n = 60, most of it call overhead and the full [n, n, D]
-scaled differences); here the kernel matrix is built on one triangle (n(n-1)/2 exponentials),
-K^{-1} comes from the Cholesky factor (dpotri) rather than a triangular solve against I and a
-product, and the gradient's contraction reads one triangle. numba is imported only here.
+In NumPy an evaluation is ~20 small array calls (about 0.55 ms at n = 60, most of it call
+overhead and the full [n, n, D] scaled differences); here the kernel matrix is built on one
+triangle (n(n-1)/2 exponentials), K^{-1} comes from the Cholesky factor (dpotri) rather than a
+triangular solve against I and a product, and the gradient's contraction reads one triangle,
+3-5x cheaper (tests/models/test_compiled_fit.py holds it against NumPy's arithmetic). numba is
+imported only here.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from wdrbo_dist.models.map_objective import FAILED_OBJECTIVE, NOISE_PRIOR
 
 
 class CompiledMapObjective:
-    """theta = (lengthscales, noise variance, constant mean) -> (value, gradient), as
-    `map_objective.MapObjective`: -(log N(y | m, K + s2 I) + log priors) / n."""
+    """theta = (lengthscales, noise variance, constant mean) -> (value, gradient) of
+    -(log N(y | m, K + s2 I) + log priors) / n; FAILED_OBJECTIVE and a zero gradient where a
+    parameter is not positive, K is not positive definite or a value is not finite."""
 
     def __init__(self, x: np.ndarray, y: np.ndarray, ls_prior: tuple[float, float]) -> None:
         self.x = np.ascontiguousarray(x, dtype=np.float64)
@@ -76,7 +78,7 @@ def _covariance(x, theta):  # type: ignore[no-untyped-def]
 
 @njit(cache=True)
 def _log_normal(v, loc, scale):  # type: ignore[no-untyped-def]
-    """Log density of LogNormal(loc, scale) at v and its derivative (map_objective.MapObjective's)."""
+    """Log density of LogNormal(loc, scale) at v and its derivative."""
     lv = np.log(v)
     logp = -lv - np.log(scale * np.sqrt(2.0 * np.pi)) - (lv - loc) ** 2 / (2.0 * scale**2)
     return logp, -1.0 / v - (lv - loc) / (scale**2 * v)

@@ -26,8 +26,8 @@ class CompiledPairs:
     def __init__(self, arguments: tuple, identity: bool, sparse_backward: bool = False) -> None:
         self.arguments = arguments  # train, lengthscale, K^{-1}, alpha, constant mean, beta, V, identity, a [N, r], kc [N, n]
         self.identity = identity
-        # The backward pass leaves out the contexts whose weight is zero for every candidate
-        # (terms of zero; the sums over the others change order, so a records change).
+        # The backward pass leaves out the contexts whose weight is zero for every candidate (the
+        # minimax's: terms of zero; the sums over the others change order, and their last digits).
         self.sparse_backward = sparse_backward
 
     @classmethod
@@ -48,7 +48,7 @@ class CompiledPairs:
         if shared and features.span is not None:
             basis = features.span  # numerical_basis(vectors)'s V
         else:
-            basis, _ = numerical_basis(vectors, model.basis_tolerance)
+            basis, _ = numerical_basis(vectors)
         identity = identity_is_cheaper(n, basis.shape[1], vectors.shape[0])
         if identity:
             basis, coefficients = basis.new_empty(n, 0), vectors
@@ -88,27 +88,25 @@ class CompiledFreshPairs:
     forward pass, the contexts' vectors projected onto `region` (a `GaussianProcess.region_basis`
     of their box, built once) where that basis saves work and spans them, else V = I."""
 
-    def __init__(self, model: GaussianProcess, beta: float, region: Region | None, polynomial_exp: bool = False) -> None:
+    def __init__(self, model: GaussianProcess, beta: float, region: Region | None) -> None:
         self.arguments = host_arrays((model.train_x, model.lengthscale, model.inverse, model.weights,
                                        float(model.mean_constant), float(beta)))
         self.region = None if region is None else host_arrays((region.basis,))[0]
         self.residual_max = REGION_RESIDUAL_MAX if region is None else region.residual_max
         self.n = model.n
-        self.polynomial_exp = polynomial_exp  # the contexts' vectors by `exp_in_place`, not libm's exp
 
     @classmethod
-    def build(cls, model: GaussianProcess, beta: float, region: Region | None,
-              polynomial_exp: bool = False) -> "CompiledFreshPairs | None":
+    def build(cls, model: GaussianProcess, beta: float, region: Region | None) -> "CompiledFreshPairs | None":
         """None off the CPU or float64."""
         if model.train_x.device.type != "cpu" or model.train_x.dtype != torch.float64:
             return None
-        return cls(model, beta, region, polynomial_exp)
+        return cls(model, beta, region)
 
     def __call__(self, x: Tensor, contexts: Tensor) -> Tensor:
         host_x = np.ascontiguousarray(x.detach().numpy())
         host_contexts = np.ascontiguousarray(contexts.detach().numpy())
         values = fresh_pair_values(host_x, host_contexts, *self.arguments, self.region_for(contexts.shape[0]),
-                                    self.residual_max, self.polynomial_exp)
+                                    self.residual_max)
         return torch.from_numpy(values)
 
     def minimum(self, x: Tensor, contexts: Tensor) -> Tensor:
@@ -124,7 +122,7 @@ class CompiledFreshPairs:
         train, lengthscale, inverse, alpha, mean_constant, beta = self.arguments
         region = self.region_for(contexts.shape[0])
         coefficients, vectors, identity = fresh_vectors(np.ascontiguousarray(contexts.detach().numpy()), train,
-                                                         lengthscale, region, self.residual_max, self.polynomial_exp)
+                                                         lengthscale, region, self.residual_max)
         values, inverse_sigma, kx, solved = pair_values(host_x, train, lengthscale, inverse, alpha, mean_constant,
                                                          beta, region, identity, coefficients, vectors)
         index = values.argmin(axis=1)  # the first minimiser, as torch.min

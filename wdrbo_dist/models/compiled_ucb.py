@@ -74,7 +74,7 @@ class CompiledUCB:
         centre, gradient_vectors = rows[:n_nodes], rows[n_nodes:].view(1 + dim_c, points.shape[0], n)  # [1 + d_c, M, n]
         basis = features.span if features is not None and features.span is not None else None
         if basis is None:
-            basis, _ = numerical_basis(rows, model.basis_tolerance)
+            basis, _ = numerical_basis(rows)
         identity = identity_is_cheaper(n, basis.shape[1], centre.shape[0] + points.shape[0])
         if identity:
             basis = basis.new_empty(n, 0)

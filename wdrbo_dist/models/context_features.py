@@ -19,10 +19,10 @@ from wdrbo_dist.models.kernel import numerical_basis, rbf
 # are exact to ~1e-13 where the box spans several lengthscales; a box under one lengthscale wide
 # gets too few points, and its contexts often fail the check), the largest
 # grid, and the projection residual above which a context set is not in the basis's span
-# (`ucb_in_region` and the compiled kernels then take V = I): REGION_RESIDUAL_MAX for numpy's
-# rank; for a basis cut at `region_tolerance`, REGION_RESIDUAL_FACTOR times the grid's own
-# largest residual, if larger (contexts inside the box lie within 1-2.5x it, beyond it 100x
-# or more, but where a long lengthscale spans both: benchmarks/routes.py region).
+# (`ucb_in_region` and the compiled kernels then take V = I): REGION_RESIDUAL_FACTOR times the
+# grid's own largest residual on the cut basis, or REGION_RESIDUAL_MAX if larger (contexts
+# inside the box lie within 1-2.5x it, beyond it 100x or more, but where a long lengthscale
+# spans both: benchmarks/routes.py region).
 REGION_SPACING = 0.125
 REGION_GRID_MAX = 4096
 REGION_RESIDUAL_MAX = 1e-11
@@ -60,8 +60,6 @@ class ContextSide:
     lengthscale: Tensor
     n: int
     context_basis: bool  # the route of `context_features` (see `PairRoutes.ucb_pairs`)
-    basis_tolerance: float  # the relative rank cut of a context set's basis
-    region_tolerance: float  # the same for a box's basis (`region_basis`)
 
     def context_features(
         self, contexts: Tensor, gradient_contexts: Tensor | None = None, region: Region | None = None
@@ -82,7 +80,7 @@ class ContextSide:
         mean = torch.cat(vectors, 0).T  # [n, N + M + M d_c]: every context-side vector
         basis = span = None
         if self.context_basis:
-            found = numerical_basis(mean.T, self.basis_tolerance) if region is None else projected(mean.T, region)
+            found = numerical_basis(mean.T) if region is None else projected(mean.T, region)
             if found is not None:
                 candidate_basis, coefficients = found
                 span = candidate_basis if region is None else None
@@ -121,10 +119,10 @@ class ContextSide:
         the basis route is off or the box needs a grid above REGION_GRID_MAX points.
 
         It is the numerical basis of kc on a grid of spacing REGION_SPACING lengthscales, cut
-        as `region_tolerance` says: a smooth kernel's vectors between grid points lie in the
-        grid's span as closely as the grid's own (to ~1e-13 at numpy's rank where the grid has
-        many points per axis; not in boxes under a lengthscale wide), and `projected` checks
-        that every context set it is given does, to the region's `residual_max`."""
+        as a context set's is (`numerical_basis`): a smooth kernel's vectors between grid points
+        lie as near the span as the grid's own (not in boxes under a lengthscale wide), and
+        `projected` checks that every context set it is given does, to the region's
+        `residual_max`."""
         if not self.context_basis:
             return None
         dim_c = box.shape[-1]
@@ -137,9 +135,7 @@ class ContextSide:
                 for lo, hi, count in zip(low, high, counts)]
         grid = torch.cartesian_prod(*axes).reshape(-1, dim_c)
         vectors = rbf(grid, self.train_x[:, -dim_c:], ls_c)
-        basis, coefficients = numerical_basis(vectors, self.region_tolerance)
-        if self.region_tolerance == 0.0:
-            return Region(basis, REGION_RESIDUAL_MAX)
+        basis, coefficients = numerical_basis(vectors)
         residual = float((vectors - coefficients @ basis.T).abs().max())
         return Region(basis, max(REGION_RESIDUAL_MAX, REGION_RESIDUAL_FACTOR * residual))
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,14 +13,7 @@ from torch import Tensor
 
 from wdrbo_dist.models.gp import GaussianProcess
 from wdrbo_dist.models.lbfgsb import minimize_lbfgsb
-from wdrbo_dist.models.map_objective import (
-    FAILED_OBJECTIVE,
-    LENGTHSCALE_MIN,
-    NOISE_MIN,
-    NOISE_PRIOR,
-    MapObjective,
-    lengthscale_prior,
-)
+from wdrbo_dist.models.map_objective import FAILED_OBJECTIVE, LENGTHSCALE_MIN, NOISE_MIN, NOISE_PRIOR, lengthscale_prior
 from wdrbo_dist.settings import CPU, NumericalSettings
 
 MAX_FIT_ATTEMPTS = 5
@@ -46,9 +38,9 @@ class FitReport:
 def fit_gp(
     train_x: Tensor, train_y: Tensor, generator: torch.Generator, settings: NumericalSettings = CPU,
 ) -> tuple[GaussianProcess, FitReport]:
-    """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes. `settings`: the run's
-    numerical routes, the objective's (`gp_objective`: numba kernels, models/compiled_fit.py, or
-    NumPy's `map_objective.MapObjective`) and those the fitted model takes for context sets.
+    """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes, the objective in
+    numba kernels on the host (models/compiled_fit.py) on every device. `settings`: the run's
+    numerical routes, which the fitted model takes for context sets.
 
     An attempt whose L-BFGS-B fails (other than at its iteration limit, as in BoTorch) or meets
     a non-finite value is retried from hyperparameters drawn from the priors with `generator`,
@@ -60,13 +52,10 @@ def fit_gp(
     y_std, y_mean, y_scale = standardize(train_y)
     loc, scale = lengthscale_prior(dim)
     host_x, host_y = train_x.detach().cpu().numpy(), y_std.detach().cpu().numpy()
-    if settings.gp_objective == "compiled":
-        from wdrbo_dist.models.compiled_fit import CompiledMapObjective
 
-        objective: Callable[[np.ndarray], tuple[float, np.ndarray]] = CompiledMapObjective(
-            host_x, host_y, (loc, scale))
-    else:
-        objective = MapObjective(host_x, host_y, (loc, scale))
+    from wdrbo_dist.models.compiled_fit import CompiledMapObjective  # numba: imported where it is first used
+
+    objective = CompiledMapObjective(host_x, host_y, (loc, scale))
     lower = np.array([LENGTHSCALE_MIN] * dim + [NOISE_MIN, -np.inf])
     upper = np.full(dim + 2, np.inf)
 

@@ -41,10 +41,6 @@ class GaussianProcess(PairRoutes):
         self.train_x = train_x
         self.settings = settings  # the run's numerical routes; the acquisitions read them here
         self.context_basis = settings.context_basis  # the route of `context_features` (see `ucb_pairs`)
-        self.basis_tolerance = settings.basis_tolerance  # the relative rank cut of a context set's basis
-        self.region_tolerance = settings.region_tolerance  # the same for a box's basis (`region_basis`)
-        self.forms_in_one_product = settings.forms_in_one_product  # how `_basis_forms` multiplies
-        self.context_forms = settings.context_forms  # the route of `ucb_from_features` for few candidates
         self._basis_triangles: dict[int, tuple[Tensor, Tensor]] = {}
         self.train_y = train_y_std
         self.lengthscale = lengthscale.to(train_x)

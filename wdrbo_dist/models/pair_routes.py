@@ -20,7 +20,7 @@ BASIS_CHUNK = 64  # candidates per block on the basis route (keeps the [c, n, r]
 # arrays cost about the same (timed with `GaussianProcess.compiled_tail` off and on).
 COMPILED_TAIL_MIN_CONTEXTS = 256
 REGION_CHUNK = 16  # candidates per block in `ucb_in_region` (a [c, N, r] block)
-# `context_forms`: the candidate-side quadratic forms replace the pair products for calls of at
+# The candidate-side quadratic forms (`quadratic_forms`) replace the pair products for calls of at
 # most FORMS_MAX_BATCH candidates (Adam's restarts, not the screening pass) once the data have
 # FORMS_MIN_POINTS points (the crossover measured by benchmarks/routes.py forms-step)
 FORMS_MAX_BATCH = 16
@@ -35,8 +35,6 @@ class PairRoutes(ContextSide):
     compiled_tail = True
 
     mean_constant: float
-    context_forms: bool  # the route of `ucb_from_features` for few candidates
-    forms_in_one_product: bool  # how `_basis_forms` multiplies
     _alpha: Tensor
     _k_inv: Tensor
     _basis_triangles: dict[int, tuple[Tensor, Tensor]]
@@ -61,14 +59,15 @@ class PairRoutes(ContextSide):
         With `context_basis` the model may take a shorter route: the context vectors kc_N (and
         the gradient ones) span few dimensions (a smooth kernel in a low-dimensional context:
         rank 12-60 of 100 for one context dimension), so with an orthonormal basis V [n, r] of
-        their numerical span (SVD, numpy's rank tolerance) and coefficients a_N = V^T kc_N,
-        k^T K^{-1} k = a_N^T B_b a_N with B_b = (kx_b * V)^T K^{-1} (kx_b * V) [r, r]: the same
-        pair products, over r(r+1)/2 pairs instead of n(n+1)/2. It is no less accurate (nearer
-        a Cholesky solve: fewer terms cancel) and several times cheaper where the columns are
-        many; `context_features` takes it where it needs fewer multiply-adds per candidate. It
-        changes the last digits, so it is a route (NumericalSettings.context_basis, on
-        every device). Contexts drawn afresh at every call in a
-        known box take it through `region_basis` and `ucb_in_region`.
+        their numerical span (SVD, cut at sigma_1 * kernel.BASIS_TOLERANCE) and coefficients
+        a_N = V^T kc_N, k^T K^{-1} k = a_N^T B_b a_N with B_b = (kx_b * V)^T K^{-1} (kx_b * V)
+        [r, r]: the same pair products, over r(r+1)/2 pairs instead of n(n+1)/2. It is as
+        accurate to ~5e-8 in the variances (nearer a Cholesky solve where no vector is cut:
+        fewer terms cancel) and several times cheaper where the columns are many;
+        `context_features` takes it where it needs fewer multiply-adds per candidate. It
+        changes the last digits, so it is a route (NumericalSettings.context_basis, on every
+        device). Contexts drawn afresh at every call in a known box take it through
+        `region_basis` and `ucb_in_region`.
         """
         return self.ucb_from_features(x, self.context_features(contexts, gradient_contexts, region), beta)
 
@@ -111,9 +110,9 @@ class PairRoutes(ContextSide):
 
         With `detach_gradient` the context gradients are computed outside autograd (WDRBO's
         detached L(x)): the backward pass then multiplies only the value columns, not the
-        2-3x more gradient columns. With `context_forms`, a call of a few candidates on the
-        pairs route (an Adam step on FORMS_MIN_POINTS or more points) takes `quadratic_forms`,
-        and its context gradients, if outside autograd, `_context_gradients_by_forms`.
+        2-3x more gradient columns. A call of a few candidates on the pairs route (an Adam
+        step on FORMS_MIN_POINTS or more points) takes `quadratic_forms`, and its context
+        gradients, if outside autograd, `_context_gradients_by_forms`.
         """
         dim_x = x.shape[-1]
         train_x, ls_x = self.train_x[:, :dim_x], self.lengthscale[:dim_x]
@@ -200,7 +199,7 @@ class PairRoutes(ContextSide):
         Context gradients go along only where no x-gradient is taken through them (WDRBO's
         pass over its Lipschitz points)."""
         return (
-            self.context_forms and features.basis is None
+            features.basis is None
             and (features.n_gradient == 0 or gradient_outside_autograd)
             and candidates <= FORMS_MAX_BATCH and self.n >= FORMS_MIN_POINTS
         )
@@ -224,10 +223,9 @@ class PairRoutes(ContextSide):
         """q [b, N] = k^T K^{-1} k for k = kx_b * kc_N, every candidate b (k_x [b, n]) and context
         N (k_c [N, n], constant), as kc_N^T A_b kc_N with A_b = diag(kx_b) K^{-1} diag(kx_b).
 
-        Where an x-gradient will be taken and `context_forms` is on, `_QuadraticForms` gives it
-        in closed form from what its forward pass keeps; otherwise one batched product, with
-        autograd through it where needed (the reference profile's values and gradients)."""
-        if self.context_forms and k_x.requires_grad and torch.is_grad_enabled():
+        Where an x-gradient will be taken, `_QuadraticForms` gives it in closed form from what
+        its forward pass keeps; otherwise one batched product."""
+        if k_x.requires_grad and torch.is_grad_enabled():
             return _QuadraticForms.apply(k_x, k_c, self._k_inv)
         a = k_x.unsqueeze(-1) * self._k_inv * k_x.unsqueeze(-2)  # [b, n, n]
         return (k_c @ a).mul_(k_c).sum(-1)  # in place: the [b, N, n] product is written once
@@ -235,18 +233,15 @@ class PairRoutes(ContextSide):
     def _basis_forms(self, k_x: Tensor, basis: Tensor) -> Tensor:
         """The candidate side on the basis route: B_b = (kx_b * V)^T K^{-1} (kx_b * V) [c, r, r].
 
-        With `forms_in_one_product` (NumericalSettings.basis_forms `one_product`) the left factor's kx_b
-        moves onto the solved side, B_b = V^T (kx_b * K^{-1} (kx_b * V)), and one product with V^T
-        gives every candidate's form: the same values to rounding, without the batch of [r, n] x
-        [n, r] products that runs at a fraction of the BLAS's speed."""
+        The left factor's kx_b moves onto the solved side, B_b = V^T (kx_b * K^{-1} (kx_b * V)),
+        and one product with V^T gives every candidate's form, without a batch of [r, n] x
+        [n, r] products (which runs at a fraction of the BLAS's speed)."""
         c, (n, r) = k_x.shape[0], basis.shape
         weighted = k_x.unsqueeze(-1) * basis  # [c, n, r]
         # K^{-1} (kx_b * V) for every b in one product
         solved = self._k_inv @ weighted.transpose(0, 1).reshape(n, c * r)  # [n, c r]
-        if self.forms_in_one_product:
-            scaled = solved.view(n, c, r) * k_x.T.unsqueeze(-1)  # kx_bi (K^{-1} (kx_b * V))_iq
-            return (basis.T @ scaled.view(n, c * r)).view(r, c, r).transpose(0, 1)
-        return weighted.transpose(1, 2) @ solved.reshape(n, c, r).transpose(0, 1)
+        scaled = solved.view(n, c, r) * k_x.T.unsqueeze(-1)  # kx_bi (K^{-1} (kx_b * V))_iq
+        return (basis.T @ scaled.view(n, c * r)).view(r, c, r).transpose(0, 1)
 
     def _basis_pairs(self, k_x: Tensor, basis: Tensor) -> Tensor:
         """`_basis_forms` on the pairs k <= l, weighted as `_upper_triangle` weights K^{-1}
