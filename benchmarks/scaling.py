@@ -110,7 +110,7 @@ def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path
         status_s = time.monotonic() - start
         assert status.totals == (len(study.runs), 0, 0)
         start = time.monotonic()
-        assert cli_main(["report", str(config), "--quiet"]) == 0
+        assert cli_main(["report", str(config)]) == 0
         report_s = time.monotonic() - start
         assert load_study([study]).counts()["finished"] == len(study.runs)
         size, files = folder_size(scratch / "out")
