@@ -32,6 +32,7 @@ import yaml  # noqa: E402
 
 from wdrbo_dist.cli.progress import Progress  # noqa: E402
 from wdrbo_dist.config import parse_study_config  # noqa: E402
+from wdrbo_dist.store import ResultStore  # noqa: E402
 from wdrbo_dist.study import run_study  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,11 +50,10 @@ def makespan(durations: list[float], workers: int) -> float:
     return max(loads)
 
 
-def extrapolate(result, evaluations: int) -> float:
+def extrapolate(result, records, evaluations: int) -> float:
     """A run's wall time at `evaluations`: its own time plus the missing BO steps, each costing
     what a least-squares line through its measured BO steps' times predicts (steps get dearer
     as the data grows; a flat average would underestimate)."""
-    records = result.records
     bo = records[~records["is_initial"].astype(bool)]
     missing = range(len(records) + 1, evaluations + 1)
     if not len(missing):
@@ -98,8 +98,10 @@ def main() -> None:
               f"{args.backend} with {args.workers} workers ...", flush=True)
         report = run_study(probe, backend=args.backend, workers=args.workers, echo=_stderr,
                            progress=lambda tasks: Progress(tasks, True, _stderr))
+        store = ResultStore(probe.output_dir)  # the report keeps no records: the store has them
+        per_cell = {(r.spec.problem, r.spec.algorithm): extrapolate(r, store.read_records(r.spec.run_key),
+                                                                    full.evaluations) for r in report.finished}
     scaled = probe.evaluations != full.evaluations
-    per_cell = {(r.spec.problem, r.spec.algorithm): extrapolate(r, full.evaluations) for r in report.finished}
 
     width = max(len(p) for p in full.problems) + 2
     col = max(10, *(len(a) + 2 for a in full.algorithms))

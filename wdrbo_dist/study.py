@@ -13,7 +13,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from wdrbo_dist.backends import map_tasks
@@ -361,7 +361,9 @@ def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, 
         if _keep_unsaved(result, store, report):
             report.finished.append(result)
         raise OutputWriteError(f"cannot write {store.root} ({reason(exc)})") from None
-    (report.finished if result.ok else report.failed).append(result)
+    # The report keeps what a summary needs, not the records (the store has them): a 10^5-run
+    # study's driver would otherwise hold every run's records until it ends.
+    (report.finished if result.ok else report.failed).append(replace(result, records=None))
     if tracker is None:
         return
     if outcome.hook_error and not tracker.unreachable:

@@ -274,6 +274,12 @@ def run_ours_at(revision: str, cells: list[tuple[str, str]], seeds: list[int], c
     return then
 
 
+def regret_at(then: Path, algorithm: str, problem: str, seed: int) -> float | None:
+    """Our R_100 of a cell and seed in another revision's cache (its run keys hash its version)."""
+    found = sorted((then / "ours").glob(f"{algorithm}_{problem}_{seed}_*.json"))
+    return float(json.loads(found[-1].read_text())["cumulative_regret"]) if found else None
+
+
 def paired_table(cells: list[tuple[str, str]], seeds: list[int], cache: Path, then: Path, revision: str) -> list[str]:
     """Per cell, our R_100 now against at `revision` on the same seeds: mean ± SE of each, the median
     paired difference (now - then), seeds lower/tied/higher, a two-sided Wilcoxon signed-rank test
@@ -281,7 +287,7 @@ def paired_table(cells: list[tuple[str, str]], seeds: list[int], cache: Path, th
     rows = []
     for algorithm, problem in cells:
         pairs = [(t, n) for s in seeds
-                 if (t := our_regret(then, our_spec(algorithm, problem, s))) is not None
+                 if (t := regret_at(then, algorithm, problem, s)) is not None
                  and (n := our_regret(cache, our_spec(algorithm, problem, s))) is not None]
         rows.append((algorithm, problem, pairs, paired_wilcoxon([t for t, _ in pairs], [n for _, n in pairs])))
     tested = [i for i, row in enumerate(rows) if math.isfinite(row[3].pvalue)]
