@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"models", "problems"},
     {"acquisition"},
     {"algorithms"},
-    {"run", "mlflow_views"},
+    {"run", "mlflow_views", "compacted"},
     {"study_spec", "store"},
     {"tracking", "backends", "submit", "output_folder"},
     {"config"},
