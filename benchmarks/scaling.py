@@ -1,12 +1,12 @@
 """The runner alone at 10^3 to 10^5 runs: its cost per run, memory, resume, status, report, store.
 
-Each task runs a stand-in for a run (it sleeps --run-ms and returns the records of a real
-6-evaluation GP-UCB run), so every second measured beyond the sleeping is the runner's: the
+Each task runs a stand-in for a run (it sleeps --run-ms, 0 by default, and returns the records of
+a real 6-evaluation GP-UCB run), so every second measured beyond the sleeping is the runner's: the
 driver planning, handing out tasks, storing and compacting results, and logging to MLflow. One
 fresh process per row (its peak memory is the driver's); the local backend with 2 workers.
 
     .venv/bin/python benchmarks/scaling.py                                   # 10^3 and 10^4, all trackings
-    .venv/bin/python benchmarks/scaling.py --runs 100000 --tracking none     # the 10^5 row (~15 min)
+    .venv/bin/python benchmarks/scaling.py --runs 100000 --tracking none     # the 10^5 row (about 30 min)
 
 Columns: runner's cost per run = (study wall - runs x sleep / workers) / runs; resume = the same
 command again with every run finished; status = `wdrbo-dist status`; report = `wdrbo-dist report`
@@ -134,7 +134,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--tracking", nargs="+", choices=["none", "sqlite", "server"], default=["none", "sqlite", "server"])
-    parser.add_argument("--run-ms", type=float, default=20.0, help="how long the stand-in run sleeps")
+    parser.add_argument("--run-ms", type=float, default=0.0, help="how long the stand-in run sleeps")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--one", nargs=2, metavar=("RUNS", "TRACKING"), help=argparse.SUPPRESS)
     args = parser.parse_args()
