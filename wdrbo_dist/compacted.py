@@ -94,7 +94,8 @@ class CompactedRuns:
 
     def records(self, run_key: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """One compacted run's records, with the columns it was stored with."""
-        row = self.index(refresh=True).loc[run_key]
+        index = self.index()
+        row = (index if run_key in index.index else self.index(refresh=True)).loc[run_key]
         meta = json.loads(row["meta"])
         wanted = list(columns) if columns is not None else list(meta["columns"])
         table = pq.read_table(self.folder / row["file"], columns=["run_key", *wanted],

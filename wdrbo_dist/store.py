@@ -353,7 +353,8 @@ class ResultStore:
         except FileNotFoundError:
             pass
         meta = self.compacted.meta(run_key)
-        if meta is None and self.compacted.index(refresh=True) is not None:  # compacted meanwhile?
+        if meta is None:  # compacted since the index was read?
+            self.compacted.index(refresh=True)
             meta = self.compacted.meta(run_key)
         if meta is not None:
             return {k: v for k, v in meta.items() if k != "columns"}

@@ -339,6 +339,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.published is None and not (args.table_only or args.only == "ours"):
         parser.error("--published is needed unless --only ours or --table-only")
+    if args.paired_against and subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", f"{args.paired_against}^{{commit}}"],
+            capture_output=True, cwd=Path(__file__).resolve().parent).returncode != 0:
+        parser.error(f"--paired-against: {args.paired_against!r} is not a git revision of this repository")
 
     try:
         cells = parse_cells(args.cells)

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 
-def _sql_store(client: "MlflowClient") -> Any:
-    return client._tracking_client.store  # noqa: SLF001 - the SqlAlchemyStore behind a sqlite URI
+def _engine(client: "MlflowClient") -> Any:
+    """The SQLAlchemy engine of the SqlAlchemyStore behind a sqlite URI."""
+    return client._tracking_client.store.engine  # noqa: SLF001
 
 
 class SqliteBatch:
@@ -79,11 +80,11 @@ class SqliteBatch:
                     last[key] = (step, value)
             latest += [_metric(run_id, key, value, step, now) for key, (step, value) in last.items()]
         written, self.pending = len(self.pending), []  # on an error, the next start logs them from the store
-        with _sql_store(self.client).ManagedSessionMaker(read_only=False) as session:
+        with _engine(self.client).begin() as connection:  # one transaction, committed on leaving
             for model, values in ((SqlRun, runs), (SqlTag, tags), (SqlParam, params), (SqlMetric, metrics),
                                   (SqlLatestMetric, latest)):
                 if values:
-                    session.execute(insert(model.__table__), values)
+                    connection.execute(insert(model.__table__), values)
         return written
 
 
@@ -96,14 +97,15 @@ def _metric(run_id: str, key: str, value: float, step: int, timestamp: int) -> d
 def child_runs_by_key(client: "MlflowClient", experiment_id: str) -> dict[str, list[tuple[str, str]]]:
     """run_key -> [(run_id, status)] of an experiment's child runs, in one query of the store."""
     from mlflow.store.tracking.dbmodels.models import SqlRun, SqlTag
+    from sqlalchemy import select
 
+    children = select(SqlTag.run_uuid).where(SqlTag.key == "role", SqlTag.value == "run")
+    query = (select(SqlTag.value, SqlRun.run_uuid, SqlRun.status)
+             .join(SqlRun, SqlRun.run_uuid == SqlTag.run_uuid)
+             .where(SqlRun.experiment_id == int(experiment_id), SqlRun.lifecycle_stage == "active",
+                    SqlTag.key == "run_key", SqlTag.run_uuid.in_(children)))
     index: dict[str, list[tuple[str, str]]] = {}
-    with _sql_store(client).ManagedSessionMaker() as session:
-        role = session.query(SqlTag.run_uuid).filter(SqlTag.key == "role", SqlTag.value == "run").subquery()
-        query = (session.query(SqlTag.value, SqlRun.run_uuid, SqlRun.status)
-                 .join(SqlRun, SqlRun.run_uuid == SqlTag.run_uuid)
-                 .filter(SqlRun.experiment_id == int(experiment_id), SqlRun.lifecycle_stage == "active",
-                         SqlTag.key == "run_key", SqlTag.run_uuid.in_(session.query(role.c.run_uuid))))
-        for key, run_id, status in query:
+    with _engine(client).connect() as connection:
+        for key, run_id, status in connection.execute(query):
             index.setdefault(key, []).append((run_id, status))
     return index
