@@ -155,3 +155,30 @@ def test_a_study_compacts_as_it_goes_and_status_report_and_resume_read_both_form
     capsys.readouterr()
     assert main(["run", str(config)]) == 0
     assert "8 already finished" in capsys.readouterr().err
+
+
+def test_a_compaction_that_cannot_write_says_so_on_its_own_line_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runs a crashed driver left loose are compacted at the end of the next command; when
+    that cannot write, the loose files stay the record and the summary says so once."""
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "full", "problems": ["newsvendor"], "algorithms": [{"name": "gp-ucb", "options": {"raw_samples": 16}}],
+        "seeds": [1, 2, 3], "evaluations": 6, "init_size": 5, "backend": "serial", "tracking_uri": "none",
+        "output_dir": str(tmp_path / "out"),
+    }))
+    assert main(["run", str(config), "--quiet"]) == 0  # 3 runs, fewer than a round: loose
+    monkeypatch.setattr(study_module, "COMPACT_EVERY", 2)
+
+    def disk_full(self: ResultStore) -> int:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ResultStore, "compact", disk_full)
+    capsys.readouterr()
+    assert main(["run", str(config)]) == 0
+    out = capsys.readouterr().out
+    [line] = [x for x in out.splitlines() if "not compacted" in x]
+    assert line == (f"warning: the finished runs stay in their own files, not compacted: cannot write {tmp_path / 'out'} "
+                    "(No space left on device); nothing is lost, the next `run` compacts them")
+    assert len(ResultStore(tmp_path / "out").loose_keys()) == 3

@@ -79,15 +79,16 @@ def test_a_full_disk_during_run_cancels_the_runs_in_flight_and_keeps_the_finishe
             fill(disk, leave_bytes=28 * 1024)
         else:  # the second result's parquet meets a full disk
             saves = []
-            original = store_module.write_parquet_atomic
+            original = store_module.write_bytes_atomic
 
-            def full_at_second(frame, path):
-                saves.append(path)
+            def full_at_second(data, path, sync_dir=True):
+                if str(path).endswith(".parquet"):
+                    saves.append(path)
                 if len(saves) >= 2:
                     raise OSError(errno.ENOSPC, "No space left on device", str(path))
-                original(frame, path)
+                original(data, path, sync_dir)
 
-            monkeypatch.setattr(store_module, "write_parquet_atomic", full_at_second)
+            monkeypatch.setattr(store_module, "write_bytes_atomic", full_at_second)
         assert main(["run", str(study), "--quiet"]) == 74
         captured = capsys.readouterr()
         assert "Traceback" not in captured.err + captured.out

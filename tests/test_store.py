@@ -12,7 +12,7 @@ import pytest
 
 from wdrbo_dist.records import CORE_COLUMNS
 from wdrbo_dist.run import RunResult, RunSpec, resolved_options
-from wdrbo_dist.atomic import write_parquet_atomic
+from wdrbo_dist.atomic import write_atomic, write_parquet_atomic
 from wdrbo_dist.store import ResultStore, spec_from_dict
 
 
@@ -86,8 +86,11 @@ def test_a_parquet_without_its_json_is_not_finished(tmp_path: Path) -> None:
 def test_a_failed_write_leaves_no_partial_file(tmp_path: Path) -> None:
     bad = pd.DataFrame({"x": [object()]})  # pyarrow cannot write this
     target = tmp_path / "runs" / "k.parquet"
+    target.parent.mkdir()
     with pytest.raises(Exception):
         write_parquet_atomic(bad, target)
+    with pytest.raises(ZeroDivisionError):  # a writer that fails half-way
+        write_atomic(target, lambda tmp: (Path(tmp).write_bytes(b"PAR1"), 1 / 0))
     assert list((tmp_path / "runs").iterdir()) == []
 
 

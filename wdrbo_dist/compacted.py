@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,6 +33,24 @@ _ROUND = re.compile(r"round-(\d+)\.parquet$")
 def _safe(name: str) -> str:
     """A folder name for a partition value (problem names are plain, but be sure)."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+
+
+def _records_table(members: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pa.Table:
+    """The records of `members` in one table with a `run_key` column: the runs of one schema
+    are joined by pandas and converted once (a conversion per run cost more than the rest of
+    a round); tables of different schemas (another version's runs) are joined by Arrow, a
+    column missing from one run null there."""
+    by_schema: dict[tuple[tuple[str, str], ...], list[tuple[str, pd.DataFrame]]] = {}
+    for meta, records in members:
+        schema = tuple((str(name), str(dtype)) for name, dtype in records.dtypes.items())
+        by_schema.setdefault(schema, []).append((str(meta["run_key"]), records))
+    tables = []
+    for group in by_schema.values():
+        frame = pd.concat([records for _, records in group], ignore_index=True)
+        keys = np.repeat([key for key, _ in group], [len(records) for _, records in group])
+        columns = {str(name): column.to_numpy() for name, column in frame.items()}
+        tables.append(pa.table({**columns, "run_key": keys.astype(str)}))
+    return pa.concat_tables(tables, promote_options="default")
 
 
 class CompactedRuns:
@@ -134,9 +153,7 @@ class CompactedRuns:
         rows = []
         for problem, members in by_problem.items():
             relative = f"records/problem={_safe(problem)}/{name}"
-            frames = [records.assign(run_key=meta["run_key"]) for meta, records in members]
-            table = pa.concat_tables([pa.Table.from_pandas(f, preserve_index=False) for f in frames],
-                                     promote_options="default")
+            table = _records_table(members)
             write_atomic(self.folder / relative, lambda tmp, table=table: pq.write_table(table, tmp))
             for meta, records in members:
                 rows.append({

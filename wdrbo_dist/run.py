@@ -100,16 +100,27 @@ class RunResult:
     started_at: float = 0.0  # unix time
     host: str = field(default_factory=lambda: os.uname().nodename)
     pid: int = field(default_factory=os.getpid)
+    # The records as the store's parquet file, encoded where the run ran (the study's workers do
+    # it: `store.encoded_run`), so that the driver only writes bytes; None: the store encodes them.
+    records_parquet: bytes | None = field(default=None, repr=False)
+    _summary: dict[str, float] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
         return self.status == "FINISHED"
 
     def summary(self) -> dict[str, float]:
-        """Final metrics of a finished run (what the tracker logs as run-level metrics)."""
+        """Final metrics of a finished run (what the tracker logs as run-level metrics); worked
+        out once, where the run ran when the study encodes it there (`store.encoded_run`)."""
         if self.records is None or self.records.empty:
             return {"wall_time_s": self.wall_time_s}
+        if self._summary is None:
+            self._summary = self._totals()
+        return {**self._summary, "wall_time_s": self.wall_time_s}
+
+    def _totals(self) -> dict[str, float]:
         r = self.records
+        assert r is not None
         return {
             "final_cumulative_regret": float(r["cumulative_regret"].iloc[-1]),
             "final_cumulative_regret_reference": float(r["cumulative_regret_reference"].iloc[-1]),

@@ -14,7 +14,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from wdrbo_dist import __version__
-from wdrbo_dist.atomic import fsync_dir, write_json_atomic, write_parquet_atomic
+from wdrbo_dist.atomic import fsync_dir, parquet_bytes, write_bytes_atomic, write_json_atomic
 from wdrbo_dist.compacted import CompactedRuns
 from wdrbo_dist.run import RunResult, RunSpec
 
@@ -62,6 +62,17 @@ def result_meta(result: RunResult) -> dict[str, Any]:
         "version": __version__,
         "rows": 0 if result.records is None else int(len(result.records)),
     }
+
+
+def encoded_run(run: Callable[[RunSpec], RunResult], spec: RunSpec) -> RunResult:
+    """`run(spec)` with its records also encoded as the store's parquet file. The study maps
+    this, so the encoding happens where the run ran and the driver, one for all workers, only
+    writes the bytes."""
+    result = run(spec)
+    if result.ok and result.records is not None and result.records_parquet is None:
+        result.records_parquet = parquet_bytes(result.records)
+        result.summary()  # kept with the result
+    return result
 
 
 FileSignature = tuple[int, int, int] | None  # inode, size, mtime (ns) of a file; None: no file
@@ -198,7 +209,9 @@ class ResultStore:
     def save(self, result: RunResult) -> Path:
         """Make `result` durable; returns the file that marks it (json meta).
 
-        A finished run: parquet, then json, then the failure marker (if any) is removed.
+        A finished run: parquet, then json (each flushed to disk before its rename, their folder
+        once after both: a json whose parquet a crash lost is a damaged run, run again), then
+        the failure marker (if any) is removed.
         A failed run: only a failure marker; an earlier finished result of the same key is
         kept (equal keys mean equal records, so it stays valid).
         """
@@ -207,10 +220,14 @@ class ResultStore:
         if result.ok:
             if result.records is None:
                 raise ValueError(f"{result.spec.label}: a FINISHED result must carry records")
-            write_parquet_atomic(result.records, self.records_path(key))
-            write_json_atomic(meta, self.meta_path(key))
+            data = result.records_parquet if result.records_parquet is not None else parquet_bytes(result.records)
+            write_bytes_atomic(data, self.records_path(key), sync_dir=False)
+            write_json_atomic(meta, self.meta_path(key))  # flushes runs/: both renames
             self.failed_path(key).unlink(missing_ok=True)
             self._saved[key] = (meta, result.records)
+            # Whole as written (checked again once either file changes): a compaction need not read them back.
+            self._whole[key] = (_signature(self.meta_path(key)), _signature(self.records_path(key)))
+            self._versions[key] = __version__
             return self.meta_path(key)
         write_json_atomic(meta, self.failed_path(key))
         return self.failed_path(key)

@@ -24,7 +24,7 @@ from wdrbo_dist.output_folder import (
     write_study_file, writing,
 )
 from wdrbo_dist.run import RunResult, RunSpec, resolved_options, run_one
-from wdrbo_dist.store import ResultStore
+from wdrbo_dist.store import ResultStore, encoded_run
 from wdrbo_dist.study_spec import StudySpec
 from wdrbo_dist.tracking.connection import TrackingError, check_tracking_uri, one_line
 from wdrbo_dist.tracking.study_tracker import StudyTracker
@@ -173,6 +173,7 @@ class StudyReport:
     interrupted: bool = False
     wall_time_s: float = 0.0
     tracking_warnings: list[str] = field(default_factory=list)
+    store_warning: str = ""  # why the finished runs could not be compacted at the end (they stay loose)
     runs_address: str = ""  # the study's runs in the MLflow UI, when tracked
 
     @property
@@ -293,7 +294,8 @@ def _run_locked(
     )
     bar = progress(tasks) if progress else None
     hook = tracker.worker_hook() if tracker is not None else None
-    outcomes: Iterator[Outcome] = (map_tasks(tasks, backend, workers, address, run=run, hook=hook)
+    mapped = functools.partial(encoded_run, run)  # the records leave the worker as the store's bytes
+    outcomes: Iterator[Outcome] = (map_tasks(tasks, backend, workers, address, run=mapped, hook=hook)
                                    if tasks else iter(()))
     try:
         with ctrl_c.taken():
@@ -321,7 +323,8 @@ def _run_locked(
         if len(store.loose_keys()) >= COMPACT_EVERY:  # also what a crashed driver left loose
             store.compact()
     except OSError as exc:  # the loose files stay the finished runs' record
-        report.tracking_warnings.append(f"the finished runs stay uncompacted: cannot write {store.root} ({reason(exc)})")
+        report.store_warning = (f"the finished runs stay in their own files, not compacted: cannot write "
+                                f"{store.root} ({reason(exc)}); nothing is lost, the next `run` compacts them")
     report.wall_time_s = time.monotonic() - started
     if tracker is not None and ctrl_c.cut_short:
         # It may have stopped an MLflow call midway, and a sqlite store's write lock with it.
@@ -363,7 +366,7 @@ def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, 
         raise OutputWriteError(f"cannot write {store.root} ({reason(exc)})") from None
     # The report keeps what a summary needs, not the records (the store has them): a 10^5-run
     # study's driver would otherwise hold every run's records until it ends.
-    (report.finished if result.ok else report.failed).append(replace(result, records=None))
+    (report.finished if result.ok else report.failed).append(replace(result, records=None, records_parquet=None))
     if tracker is None:
         return
     if outcome.hook_error and not tracker.unreachable:

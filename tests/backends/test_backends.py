@@ -94,14 +94,16 @@ def test_a_killed_pool_process_is_retried_in_a_new_pool(tmp_path: Path) -> None:
     killed: list[int] = []
 
     def kill_one_busy_worker() -> None:
-        time.sleep(1.0)
         deadline = time.monotonic() + 60
         while not killed and time.monotonic() < deadline:
-            for pid in _pool_children():
+            # A pool process names the task it took in a mark file (named by its pid): one that has.
+            busy = {int(mark.name) for mark in Path(tempfile.gettempdir()).glob("wdrbo-pool-*/*")}
+            for pid in busy & set(_pool_children()):
+                time.sleep(0.5)  # into its run
                 os.kill(pid, signal.SIGKILL)  # a process of the pool this test started
                 killed.append(pid)
                 break
-            time.sleep(0.1)
+            time.sleep(0.05)
 
     killer = threading.Thread(target=kill_one_busy_worker, daemon=True)
     killer.start()
@@ -112,6 +114,33 @@ def test_a_killed_pool_process_is_retried_in_a_new_pool(tmp_path: Path) -> None:
     assert all(o.result.ok for o in outcomes), [o.result.error for o in outcomes if not o.result.ok]
     assert max(o.attempts for o in outcomes) == 2
     assert _pool_children() == []  # the pools are gone
+
+
+def test_a_task_waiting_in_a_pool_that_breaks_is_not_charged_an_attempt(tmp_path: Path) -> None:
+    """One process, two tasks handed to it: the process dies in the first run; the second, not
+    yet taken, goes back to the queue as it was and finishes at its first attempt."""
+    study = parse_study_config(tiny_study(tmp_path, evaluations=9, seeds=[1, 2]))
+    tasks = make_tasks(study, study.runs)
+    killed: list[str] = []
+
+    def kill_the_busy_worker() -> None:
+        deadline = time.monotonic() + 60
+        while not killed and time.monotonic() < deadline:
+            for mark in Path(tempfile.gettempdir()).glob("wdrbo-pool-*/*"):
+                if int(mark.name) in _pool_children():
+                    time.sleep(0.5)
+                    killed.append(mark.read_text())
+                    os.kill(int(mark.name), signal.SIGKILL)  # the process of the pool this test started
+                    break
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_the_busy_worker, daemon=True)
+    killer.start()
+    outcomes = {o.task.spec.run_key: o for o in map_tasks(tasks, "local", workers=1, run=run_captured)}
+    killer.join()
+    assert killed and set(outcomes) == {t.spec.run_key for t in tasks}
+    assert all(o.result.ok for o in outcomes.values())
+    assert {key: o.attempts for key, o in outcomes.items()} == {key: 2 if key == killed[0] else 1 for key in outcomes}
 
 
 def test_ray_records_a_raising_run_as_failed_once_and_does_not_retry_it(tmp_path: Path, monkeypatch) -> None:

@@ -131,13 +131,14 @@ def add_worker_node(cluster: RayCluster, name: str) -> subprocess.Popen:
 
 
 @contextmanager
-def started_ray_cluster(prefix: str = "wdr") -> Iterator[RayCluster]:
-    """A Ray head (Jobs API on: the dashboard) and a second node `node2`, 1 CPU each, stopped on exit."""
+def started_ray_cluster(prefix: str = "wdr", nodes: int = 2, extra_env: dict[str, str] | None = None) -> Iterator[RayCluster]:
+    """A Ray head (Jobs API on: the dashboard) and `nodes - 1` more (`node2`, ...), 1 CPU each,
+    stopped on exit; `extra_env` joins every node's environment."""
     root = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: Ray's socket paths have a length limit
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(
         RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_USAGE_STATS_ENABLED="0",
-        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1",
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", OMP_NUM_THREADS="1", **(extra_env or {}),
     )
     ports = _chosen_ports(HEAD_PORT_FLAGS)
     gcs, dashboard = ports["--port"], ports["--dashboard-port"]
@@ -157,7 +158,8 @@ def started_ray_cluster(prefix: str = "wdr") -> Iterator[RayCluster]:
                 return False
 
         wait_for(dashboard_up, 120, "ray head", head_log)
-        add_worker_node(cluster, "node2")
+        for number in range(2, nodes + 1):
+            add_worker_node(cluster, f"node{number}")
         yield cluster
     finally:
         for process in reversed(cluster.processes):

@@ -4,7 +4,8 @@ Processes are spawned (not forked): forking a driver that already holds torch's 
 is unsafe. Pool processes ignore SIGINT, so Ctrl-C reaches only the driver, which cancels the
 queue and terminates the pool. A pool process that dies (killed) breaks the pool: the pool is
 rebuilt and the runs in flight are submitted again after a back-off (`RESUBMIT_DELAYS_S`), then
-given up as lost, as on Ray. As on Ray, a task that cannot be set up in its process (an import)
+given up as lost, as on Ray (a task handed to the pool that no process had taken yet goes back
+to the queue as it was). As on Ray, a task that cannot be set up in its process (an import)
 and a run whose process the kernel killed for memory twice are FAILED with their reason.
 """
 
@@ -29,19 +30,36 @@ from wdrbo_dist.backends.task import (
 )
 
 MEMORY_KILLS = 2  # a run whose process the kernel killed for memory this often is FAILED
+# Tasks handed to the pool per process: the next one waits in the pool while the driver stores
+# the last result, so a process never idles on the driver (which, at 10^5 short runs, it would).
+TASKS_PER_WORKER = 2
 
 
-def _execute_here(payload: bytes, marks: str) -> Outcome | str:
+def _execute_here(payload: bytes, marks: str, run_key: str) -> Outcome | str:
     """`execute` in a pool process, with (task, run, hook) unpickled here, so that an import
     that fails is this task's error (a string), not a broken pool. Leaves its run key under
-    `marks`, named by this process's id, for the driver to find should the process die."""
+    `marks`, named by this process's id, first: should the process die, the driver knows which
+    of the tasks it handed the pool had started."""
+    with open(os.path.join(marks, str(os.getpid())), "w") as mark:
+        mark.write(run_key)
     try:
         task, run, hook = pickle.loads(payload)
     except Exception:  # noqa: BLE001 - a module missing here, a class that moved
         return traceback.format_exc(limit=2).strip().splitlines()[-1]
-    with open(os.path.join(marks, str(os.getpid())), "w") as mark:
-        mark.write(task.spec.run_key)
     return execute(task, run, hook)
+
+
+def _started(marks: str, keys: Sequence[str]) -> set[str]:
+    """Which of `keys` a pool process started: those its mark names (a process's mark holds
+    the task it took last, so a task handed to the pool but not yet taken is in none)."""
+    named = set()
+    for name in os.listdir(marks):
+        try:
+            with open(os.path.join(marks, name)) as mark:
+                named.add(mark.read())
+        except OSError:
+            pass
+    return named & set(keys)
 
 
 def _memory_kills_so_far() -> int:
@@ -136,10 +154,11 @@ def _map_pool(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook 
     try:
         while queue or running or waiting:
             queue.extendleft(reversed(waiting.due()))
-            while queue and len(running) < workers:
+            while queue and len(running) < workers * TASKS_PER_WORKER:
                 task, attempt = queue.popleft()
                 payload = pickle.dumps((task, run, hook))
-                running[pool.submit(_execute_here, payload, marks)] = (task, attempt, time.monotonic())
+                future = pool.submit(_execute_here, payload, marks, task.spec.run_key)
+                running[future] = (task, attempt, time.monotonic())
             if not running:
                 time.sleep(waiting.seconds_to_next())
                 continue
@@ -163,8 +182,14 @@ def _map_pool(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook 
                 yield stamped(outcome, submitted)
             if broken:
                 # Every run in flight is lost with a broken pool: submit them again in a new one.
+                # When some had started, those not yet taken go back to the queue as they were
+                # (nothing happened to them); when none had, the pool itself failed: all count.
                 broken += list(running.values())
                 running.clear()
+                started = _started(marks, [t.spec.run_key for t, _, _ in broken])
+                if started:
+                    queue.extendleft(reversed([(t, a) for t, a, _ in broken if t.spec.run_key not in started]))
+                    broken = [b for b in broken if b[0].spec.run_key in started]
                 for key in _killed_for_memory(pool, marks, oom_before, [t.spec.run_key for t, _, _ in broken]):
                     memory_kills[key] = memory_kills.get(key, 0) + 1
                 oom_before = _memory_kills_so_far()

@@ -90,6 +90,8 @@ def report_lines(report: "StudyReport") -> list[str]:
         out.append(f"FAILED before {spec.label} [{spec.run_key}] (re-run with --rerun-failed)")
     if report.failed or p.failed:
         out.append(f"tracebacks: {report.study.output_dir / 'failed'}/<run_key>.json")
+    if report.store_warning:
+        out.append(f"warning: {report.store_warning}")
     out.extend(f"warning: {w}" for w in report.tracking_warnings[:5])
     if report.runs_address:
         out += ui_lines({"": report.runs_address}, report.study.tracking_uri)

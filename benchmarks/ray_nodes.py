@@ -1,0 +1,105 @@
+"""Runs per second on one local Ray node against three, and the driver's CPU per run.
+
+A Ray cluster of 1 CPU nodes on 127.0.0.1 (token authentication on), the study runner's driver
+joined to it with `--address`, and the stand-in run of `scaling.py` sleeping a fixed time, so
+that the nodes' capacity, not this machine's two cores, bounds the runs: with N nodes and runs
+of S seconds the ideal is N / S runs per second. Measured between the first result and the last
+(so Ray's connection and the workers' start are left out): runs per second, the share of the
+ideal, and the driver process's CPU per run (Ray's driver threads included). One driver can
+keep busy about `run length / driver CPU per run` workers, the figure the README gives.
+
+    .venv/bin/python benchmarks/ray_nodes.py                           # 1 and 3 nodes, 0.2-s runs
+    .venv/bin/python benchmarks/ray_nodes.py --nodes 1 3 --run-ms 100 --runs 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]  # the tests' local servers; scaling's stand-in
+
+from wdrbo_dist.threads import default_thread_environment  # noqa: E402
+
+default_thread_environment(1)
+
+import yaml  # noqa: E402
+
+from scaling import ALGORITHMS, EVALUATIONS, INIT_SIZE, PROBLEMS, stand_in, template_records  # noqa: E402
+
+
+class Clock:
+    """The progress watcher the driver calls on each result: wall and CPU at the first and the last."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, float]] = []
+
+    def __call__(self, tasks):  # run_study's `progress`: a watcher for these tasks
+        return self
+
+    def update(self, outcome) -> None:
+        now = (time.monotonic(), time.process_time())
+        if self.marks:
+            self.marks[1:] = [now]
+        else:
+            self.marks.append(now)
+
+    def close(self) -> None:
+        pass
+
+
+def measure(nodes: int, runs: int, run_ms: float, scratch: Path) -> dict[str, float]:
+    from tests.support.local_servers import started_ray_cluster
+    from wdrbo_dist.config import load_study_config
+    from wdrbo_dist.study import run_study
+
+    with started_ray_cluster("wdb", nodes=nodes, extra_env={"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"}) as cluster:
+        os.environ.update({k: v for k, v in cluster.env.items() if k.startswith("RAY_AUTH")})
+        run = functools.partial(stand_in, records=template_records(), seconds=run_ms / 1000)
+        results = {}
+        for name, count in (("warm-up", 2 * nodes), ("measured", runs)):
+            config = scratch / f"{nodes}-{name}.yaml"
+            config.write_text(yaml.safe_dump({
+                "name": f"nodes-{nodes}-{name}", "problems": PROBLEMS, "algorithms": ALGORITHMS,
+                "seeds": list(range(-(-count // (len(PROBLEMS) * len(ALGORITHMS))))), "evaluations": EVALUATIONS,
+                "init_size": INIT_SIZE, "backend": "ray", "workers": nodes, "tracking_uri": "none",
+                "output_dir": str(scratch / f"out-{nodes}-{name}"),
+            }))
+            study = load_study_config(config)
+            clock = Clock()
+            report = run_study(study, address=cluster.gcs_address, progress=clock, run=run)
+            assert report.exit_code == 0 and len(report.finished) == len(study.runs), report.exit_code
+            (wall0, cpu0), (wall1, cpu1) = clock.marks
+            results = {"runs": len(study.runs), "per_s": (len(study.runs) - 1) / (wall1 - wall0),
+                       "cpu_ms": (cpu1 - cpu0) / (len(study.runs) - 1) * 1000}
+    ideal = nodes / (run_ms / 1000)
+    return {**results, "nodes": nodes, "ideal": ideal, "share": results["per_s"] / ideal}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 3])
+    parser.add_argument("--runs", type=int, default=240)
+    parser.add_argument("--run-ms", type=float, default=200.0)
+    args = parser.parse_args()
+    if min(args.nodes) < 1 or args.runs < 2 or args.run_ms <= 0:
+        parser.error("--nodes >= 1, --runs >= 2, --run-ms > 0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    print(f"stand-in runs of {args.run_ms:g} ms, {args.runs} runs, 1-CPU Ray nodes on 127.0.0.1; "
+          f"load before: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d')}", flush=True)
+    print(f"{'nodes':>5} {'runs/s':>7} {'ideal':>6} {'share':>6} {'driver CPU ms/run':>17} {'workers fed at this run length':>31}")
+    with tempfile.TemporaryDirectory(prefix="ray-nodes-") as scratch:
+        for nodes in args.nodes:
+            r = measure(nodes, args.runs, args.run_ms, Path(scratch))
+            print(f"{nodes:>5} {r['per_s']:>7.2f} {r['ideal']:>6.1f} {r['share']:>6.0%} {r['cpu_ms']:>17.1f} "
+                  f"{args.run_ms / r['cpu_ms']:>31.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
