@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -54,32 +56,46 @@ class Clock:
         pass
 
 
-def measure(nodes: int, runs: int, run_ms: float, scratch: Path) -> dict[str, float]:
-    from tests.support.local_servers import started_ray_cluster
+def measure(nodes: int, address: str, runs: int, run_ms: float, scratch: Path) -> dict[str, float]:
+    """One row, in this process: the driver joined to the cluster at `address` (a warm-up study
+    first, which starts every node's worker), then the measured study."""
     from wdrbo_dist.config import load_study_config
     from wdrbo_dist.study import run_study
 
-    with started_ray_cluster("wdb", nodes=nodes, extra_env={"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"}) as cluster:
-        os.environ.update({k: v for k, v in cluster.env.items() if k.startswith("RAY_AUTH")})
-        run = functools.partial(stand_in, records=template_records(), seconds=run_ms / 1000)
-        results = {}
-        for name, count in (("warm-up", 2 * nodes), ("measured", runs)):
-            config = scratch / f"{nodes}-{name}.yaml"
-            config.write_text(yaml.safe_dump({
-                "name": f"nodes-{nodes}-{name}", "problems": PROBLEMS, "algorithms": ALGORITHMS,
-                "seeds": list(range(-(-count // (len(PROBLEMS) * len(ALGORITHMS))))), "evaluations": EVALUATIONS,
-                "init_size": INIT_SIZE, "backend": "ray", "workers": nodes, "tracking_uri": "none",
-                "output_dir": str(scratch / f"out-{nodes}-{name}"),
-            }))
-            study = load_study_config(config)
-            clock = Clock()
-            report = run_study(study, address=cluster.gcs_address, progress=clock, run=run)
-            assert report.exit_code == 0 and len(report.finished) == len(study.runs), report.exit_code
-            (wall0, cpu0), (wall1, cpu1) = clock.marks
-            results = {"runs": len(study.runs), "per_s": (len(study.runs) - 1) / (wall1 - wall0),
-                       "cpu_ms": (cpu1 - cpu0) / (len(study.runs) - 1) * 1000}
+    run = functools.partial(stand_in, records=template_records(), seconds=run_ms / 1000)
+    results: dict[str, float] = {}
+    for name, count in (("warm-up", 2 * nodes), ("measured", runs)):
+        config = scratch / f"{nodes}-{name}.yaml"
+        config.write_text(yaml.safe_dump({
+            "name": f"nodes-{nodes}-{name}", "problems": PROBLEMS, "algorithms": ALGORITHMS,
+            "seeds": list(range(-(-count // (len(PROBLEMS) * len(ALGORITHMS))))), "evaluations": EVALUATIONS,
+            "init_size": INIT_SIZE, "backend": "ray", "workers": nodes, "tracking_uri": "none",
+            "output_dir": str(scratch / f"out-{nodes}-{name}"),
+        }))
+        study = load_study_config(config)
+        clock = Clock()
+        report = run_study(study, address=address, progress=clock, run=run)
+        assert report.exit_code == 0 and len(report.finished) == len(study.runs), report.exit_code
+        (wall0, cpu0), (wall1, cpu1) = clock.marks
+        results = {"runs": len(study.runs), "per_s": (len(study.runs) - 1) / (wall1 - wall0),
+                   "cpu_ms": (cpu1 - cpu0) / (len(study.runs) - 1) * 1000}
     ideal = nodes / (run_ms / 1000)
     return {**results, "nodes": nodes, "ideal": ideal, "share": results["per_s"] / ideal}
+
+
+def row(nodes: int, args: argparse.Namespace, scratch: Path) -> dict[str, float]:
+    """Start a cluster of `nodes`, measure in a driver process of its own (the cluster's
+    environment: its token), stop the cluster."""
+    from tests.support.local_servers import started_ray_cluster
+
+    with started_ray_cluster("wdb", nodes=nodes, extra_env={"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"}) as cluster:
+        done = subprocess.run([sys.executable, __file__, "--one", str(nodes), cluster.gcs_address, str(scratch),
+                               "--runs", str(args.runs), "--run-ms", str(args.run_ms)],
+                              env=cluster.env, capture_output=True, text=True, timeout=1800)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("ROW ")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"{nodes} nodes: the driver failed\n{(done.stderr or done.stdout)[-3000:]}")
+    return json.loads(lines[-1][4:])
 
 
 def main() -> None:
@@ -87,16 +103,21 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 3])
     parser.add_argument("--runs", type=int, default=240)
     parser.add_argument("--run-ms", type=float, default=200.0)
+    parser.add_argument("--one", nargs=3, metavar=("NODES", "ADDRESS", "SCRATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if min(args.nodes) < 1 or args.runs < 2 or args.run_ms <= 0:
         parser.error("--nodes >= 1, --runs >= 2, --run-ms > 0")
+    if args.one:
+        nodes, address, scratch = args.one
+        print("ROW " + json.dumps(measure(int(nodes), address, args.runs, args.run_ms, Path(scratch))), flush=True)
+        return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     print(f"stand-in runs of {args.run_ms:g} ms, {args.runs} runs, 1-CPU Ray nodes on 127.0.0.1; "
           f"load before: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d')}", flush=True)
     print(f"{'nodes':>5} {'runs/s':>7} {'ideal':>6} {'share':>6} {'driver CPU ms/run':>17} {'workers fed at this run length':>31}")
     with tempfile.TemporaryDirectory(prefix="ray-nodes-") as scratch:
         for nodes in args.nodes:
-            r = measure(nodes, args.runs, args.run_ms, Path(scratch))
+            r = row(nodes, args, Path(scratch))
             print(f"{nodes:>5} {r['per_s']:>7.2f} {r['ideal']:>6.1f} {r['share']:>6.0%} {r['cpu_ms']:>17.1f} "
                   f"{args.run_ms / r['cpu_ms']:>31.0f}", flush=True)
 
