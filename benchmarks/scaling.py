@@ -8,10 +8,12 @@ fresh process per row (its peak memory is the driver's); the local backend with 
     .venv/bin/python benchmarks/scaling.py                                   # 10^3 and 10^4, all trackings
     .venv/bin/python benchmarks/scaling.py --runs 100000 --tracking none     # the 10^5 row (about 30 min)
 
-Columns: runner's cost per run = (study wall - runs x sleep / workers) / runs; resume = the same
-command again with every run finished; status = `wdrbo-dist status`; report = `wdrbo-dist report`
-(loading, statistics, figures, dashboard, and its MLflow artifacts when tracked); store = the
-output folder's size and files. Targets (issue 48, 10^5 runs): cost <= 5 ms per run with MLflow,
+Columns: runner's cost per run = (study wall - runs x sleep / workers) / runs (the two pool
+processes share the two cores with the driver); driver CPU per run = the driver process's CPU
+time over the study / runs; resume = the same command again with every run finished; status =
+`wdrbo-dist status`; report = the `wdrbo-dist report` command (loading, statistics, figures,
+dashboard, and its MLflow artifacts when tracked); driver MB = the driver's peak memory (study,
+resume, status), report MB = the report command's; store = the output folder's size and files. Targets (issue 48, 10^5 runs): cost <= 5 ms per run with MLflow,
 report <= 60 s, resume and status <= 30 s, driver memory <= 2 GB.
 """
 
@@ -45,6 +47,11 @@ ALGORITHMS = ["gp-ucb", "erbo"]
 EVALUATIONS, INIT_SIZE = 6, 5
 
 
+# `wdrbo-dist report CONFIG` in a process of its own that prints its peak memory last.
+REPORT = ("import resource, sys; from wdrbo_dist.cli import main; code = main(['report', sys.argv[1]]); "
+          "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(code)")
+
+
 def stand_in(spec: RunSpec, records: pd.DataFrame, seconds: float) -> RunResult:
     """A run that takes `seconds` and returns `records`: the runner's work without a run's."""
     started = time.time()
@@ -69,7 +76,6 @@ def folder_size(folder: Path) -> tuple[int, int]:
 def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path) -> dict[str, float | str]:
     """One row, in this process: the study, then resume, status and report."""
     from wdrbo_dist.analysis.load import load_study
-    from wdrbo_dist.cli import main as cli_main
     from wdrbo_dist.config import load_study_config
     from wdrbo_dist.study import run_study, study_status
 
@@ -97,9 +103,9 @@ def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path
     try:
         study = load_study_config(config)
         run = functools.partial(stand_in, records=template_records(), seconds=run_ms / 1000)
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.process_time()
         report = run_study(study, run=run)
-        wall = time.monotonic() - start
+        wall, cpu = time.monotonic() - start, time.process_time() - cpu
         assert report.exit_code == 0 and len(report.finished) == len(study.runs), report.tracking_warnings
         start = time.monotonic()
         again = run_study(study, run=run)
@@ -109,9 +115,12 @@ def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path
         status = study_status(study)
         status_s = time.monotonic() - start
         assert status.totals == (len(study.runs), 0, 0)
-        start = time.monotonic()
-        assert cli_main(["report", str(config)]) == 0
+        memory_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the driver's, before the report
+        start = time.monotonic()  # the report as a user runs it: a command of its own
+        done = subprocess.run([sys.executable, "-c", REPORT, str(config)], capture_output=True, text=True)
         report_s = time.monotonic() - start
+        assert done.returncode == 0, done.stderr[-2000:]
+        report_mb = float(done.stdout.split("PEAK_KB ")[-1]) / 1024
         assert load_study([study]).counts()["finished"] == len(study.runs)
         size, files = folder_size(scratch / "out")
         if tracking == "sqlite":
@@ -125,8 +134,8 @@ def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path
     n = len(study.runs)
     return {
         "runs": n, "tracking": tracking, "wall_s": wall, "cost_ms": (wall - n * run_ms / 1000 / workers) / n * 1000,
-        "resume_s": resume, "status_s": status_s, "report_s": report_s,
-        "memory_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "store_mb": size / 2**20, "files": files,
+        "cpu_ms": cpu / n * 1000, "resume_s": resume, "status_s": status_s, "report_s": report_s,
+        "memory_mb": memory_mb, "report_mb": report_mb, "store_mb": size / 2**20, "files": files,
     }
 
 
@@ -148,8 +157,9 @@ def main() -> None:
         parser.error("--runs: whole numbers >= 1")
     print(f"stand-in runs of {args.run_ms:g} ms, {EVALUATIONS} evaluations; local backend, {args.workers} workers; "
           f"load before: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d')}", flush=True)
-    header = (f"{'runs':>7} {'tracking':<8} {'study s':>8} {'cost ms/run':>11} {'resume s':>8} {'status s':>8} "
-              f"{'report s':>8} {'driver MB':>9} {'store MB':>8} {'files':>7}")
+    header = (f"{'runs':>7} {'tracking':<8} {'study s':>8} {'cost ms/run':>11} {'driver CPU ms/run':>17} "
+              f"{'resume s':>8} {'status s':>8} {'report s':>8} {'driver MB':>9} {'report MB':>9} {'store MB':>8} "
+              f"{'files':>7}")
     print(header, flush=True)
     for runs in args.runs:
         for tracking in args.tracking:
@@ -160,9 +170,9 @@ def main() -> None:
                 print(f"{runs:>7} {tracking:<8} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}", flush=True)
                 continue
             r = json.loads(lines[-1][4:])
-            print(f"{r['runs']:>7,} {tracking:<8} {r['wall_s']:>8.1f} {r['cost_ms']:>11.1f} {r['resume_s']:>8.1f} "
-                  f"{r['status_s']:>8.1f} {r['report_s']:>8.1f} {r['memory_mb']:>9.0f} {r['store_mb']:>8.1f} "
-                  f"{r['files']:>7,}", flush=True)
+            print(f"{r['runs']:>7,} {tracking:<8} {r['wall_s']:>8.1f} {r['cost_ms']:>11.1f} {r['cpu_ms']:>17.1f} "
+                  f"{r['resume_s']:>8.1f} {r['status_s']:>8.1f} {r['report_s']:>8.1f} {r['memory_mb']:>9.0f} "
+                  f"{r['report_mb']:>9.0f} {r['store_mb']:>8.1f} {r['files']:>7,}", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import pytest
 from wdrbo_dist.records import CORE_COLUMNS
 from wdrbo_dist.run import RunResult, RunSpec, resolved_options
 from wdrbo_dist.atomic import write_atomic, write_parquet_atomic
-from wdrbo_dist.store import ResultStore, spec_from_dict
+from wdrbo_dist.store import ResultStore, encoded_run, spec_from_dict
 
 
 def records(n: int = 7, seed: int = 0) -> pd.DataFrame:
@@ -73,6 +73,22 @@ def test_a_failure_is_kept_apart_and_cleared_when_the_run_later_finishes(tmp_pat
     # A later failure of the same key keeps the finished result (equal keys, equal records).
     store.save(failed(s))
     assert store.finished_keys() == {s.run_key} and store.failed_keys() == set()
+
+
+def test_a_result_encoded_where_it_ran_is_stored_as_the_same_records_and_summary(tmp_path: Path) -> None:
+    """The study's workers hand the driver the records as parquet bytes and the summary worked
+    out; what the store holds is then what it would have encoded itself, to the bit."""
+    plain, encoded = ResultStore(tmp_path / "plain"), ResultStore(tmp_path / "encoded")
+    result = encoded_run(finished, spec(seed=4))
+    assert result.records_parquet is not None and result._summary is not None
+    plain.save(finished(spec(seed=4)))
+    encoded.save(result)
+    key = result.spec.run_key
+    pd.testing.assert_frame_equal(encoded.read_records(key), plain.read_records(key), check_exact=True)
+    pd.testing.assert_frame_equal(encoded.read_records(key), result.records, check_exact=True)
+    assert encoded.read_meta(key)["summary"] == plain.read_meta(key)["summary"] == result.summary()
+    assert encoded.records_path(key).read_bytes() == plain.records_path(key).read_bytes()
+    assert encoded_run(failed, spec(seed=4)).records_parquet is None
 
 
 def test_a_parquet_without_its_json_is_not_finished(tmp_path: Path) -> None:

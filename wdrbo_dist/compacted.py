@@ -121,18 +121,16 @@ class CompactedRuns:
                               filters=[("run_key", "=", run_key)])
         return table.drop(["run_key"]).to_pandas()
 
-    def scan(self, keys: Iterable[str], columns: Sequence[str]) -> dict[str, pd.DataFrame]:
-        """The records (`columns` only) of the compacted `keys`, in one read of their files."""
+    def scan(self, keys: Iterable[str], columns: Sequence[str]) -> pd.DataFrame:
+        """The records (`columns` and `run_key`) of the compacted `keys`, in one read of their files."""
         index = self.index()
         wanted = index[index["run_key"].isin(set(keys))]
         if wanted.empty:
-            return {}
+            return pd.DataFrame(columns=[*columns, "run_key"])
         files = [str(self.folder / f) for f in sorted(set(wanted["file"]))]
         tables = [pq.read_table(f, columns=["run_key", *columns]) for f in files]
         frame = pa.concat_tables(tables, promote_options="default").to_pandas()
-        frame = frame[frame["run_key"].isin(set(wanted["run_key"]))]
-        return {key: group.drop(columns="run_key").reset_index(drop=True)
-                for key, group in frame.groupby("run_key", sort=False)}
+        return frame[frame["run_key"].isin(set(wanted["run_key"]))].reset_index(drop=True)
 
     def parts(self) -> set[str]:
         """The record files the index names (relative to `compacted/`)."""

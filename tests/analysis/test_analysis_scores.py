@@ -140,6 +140,20 @@ def test_curve_band_resamples_whole_seeds():
     assert band["high"].iloc[1] == pytest.approx(10 * band["high"].iloc[0])
 
 
+def test_a_curve_band_drawn_a_slice_at_a_time_is_the_whole_draws(monkeypatch):
+    """Memory is bounded (a few resamples at once) without changing a digit of the band."""
+    from wdrbo_dist.analysis import bands
+
+    rng = np.random.default_rng(1)
+    steps = pd.DataFrame({"algorithm": "a", "seed": np.repeat(np.arange(40), 5), "step": np.tile(np.arange(1, 6), 40),
+                          "value": rng.random(200)})
+    steps.loc[7, "value"] = np.nan
+    whole = bootstrap_band(steps, ["algorithm", "step"], "value", resamples=300)
+    monkeypatch.setattr(bands, "DRAW_NUMBERS", 7 * 40 * 5)  # 7 resamples a slice
+    pd.testing.assert_frame_equal(bootstrap_band(steps, ["algorithm", "step"], "value", resamples=300), whole,
+                                  check_exact=True)
+
+
 def test_summary_tables_show_intervals_and_no_negative_zero():
     from wdrbo_dist.analysis.summary_tables import _text
 

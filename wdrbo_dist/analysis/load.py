@@ -86,46 +86,66 @@ def late_regret(regret_in_step_order: pd.Series, last: int = LATE_STEPS) -> floa
 STEP_INPUT = ("step", "is_initial", "regret", "regret_reference", "time_step_s", *RUN_TIMES)
 
 
-def per_step(records: pd.DataFrame, metric: Metric) -> dict[str, np.ndarray]:
-    """The curves of one run: instantaneous regret r, cumulative regret R, elapsed wall time.
-
-    Elapsed time counts every step (the initial design too: it is wall-clock time spent);
-    R restarts after the design when the metric excludes it.
-    """
-    frame = records.sort_values("step")
-    elapsed = np.cumsum(frame["time_step_s"].to_numpy(dtype=float))
-    initial = frame["is_initial"].to_numpy(dtype=bool)
-    keep = np.ones(len(frame), dtype=bool) if metric.include_initial else ~initial
-    r = frame[metric.column].to_numpy(dtype=float)[keep]
-    return {
-        "step": frame["step"].to_numpy(dtype=int)[keep],
-        "is_initial": initial[keep],
-        "regret": r,
-        "cumulative_regret": np.cumsum(r),
-        "elapsed_s": elapsed[keep],
-    }
-
-
 def _read_records(store: ResultStore, key: str) -> pd.DataFrame:
     """Only the columns the analysis needs (much faster than whole records for big studies)."""
     return store.read_records(key, columns=STEP_INPUT)
 
 
-def _finished_row(records: pd.DataFrame, meta: dict[str, Any], metric: Metric) -> tuple[dict, dict[str, np.ndarray]]:
-    curve = per_step(records, metric)
-    wall = float(meta.get("wall_time_s") or 0.0)
-    if not wall > 0:
-        wall = float(records["time_step_s"].sum())
-    n = len(curve["step"])
-    row: dict[str, Any] = {
-        "final_cumulative_regret": float(curve["cumulative_regret"][-1]) if n else math.nan,
-        "final_regret": float(curve["regret"][-1]) if n else math.nan,
-        "wall_time_s": wall,
-        "n_steps": int(len(records)),
-    }
-    for column in RUN_TIMES:
-        row[column] = float(records[column].sum())
-    return row, curve
+@dataclass
+class _Curves:
+    """The curves of the finished runs that have `length` records, one row of each array per run
+    (steps in order): what one run's records give, worked out for all of them at once."""
+
+    keys: list[str]
+    step: np.ndarray
+    is_initial: np.ndarray
+    keep: np.ndarray  # the steps the metric counts (all, or those after the initial design)
+    regret: np.ndarray  # the metric's instantaneous regret r
+    cumulative_regret: np.ndarray  # R: r summed over the kept steps
+    elapsed_s: np.ndarray  # wall time since the run's start, the initial design included
+    values: dict[str, np.ndarray]  # per run: the columns of the runs table
+
+
+def _nan_to_zero_sum(values: np.ndarray) -> np.ndarray:
+    """Row sums with NaN as 0, as pandas sums a column (numpy's pairwise sum of each row)."""
+    return np.where(np.isnan(values), 0.0, values).sum(axis=1)
+
+
+def _curves(frame: pd.DataFrame, walls: dict[str, float], metric: Metric) -> list[_Curves]:
+    """Per run length, the curves and totals of the runs in `frame` (STEP_INPUT and `run_key`).
+
+    Sums run along each run's steps in order (np.cumsum), as for a single run, so the figures do
+    not depend on how many runs were loaded together."""
+    if frame.empty:
+        return []
+    frame = frame.sort_values(["run_key", "step"], kind="stable")
+    keys, starts, lengths = np.unique(frame["run_key"].to_numpy(dtype=str), return_index=True, return_counts=True)
+    columns = {name: frame[name].to_numpy() for name in STEP_INPUT}
+    out = []
+    for length in np.unique(lengths):
+        chosen = lengths == length
+        rows = starts[chosen][:, None] + np.arange(length)[None, :]
+        block = {name: values[rows] for name, values in columns.items()}
+        initial = block["is_initial"].astype(bool)
+        keep = np.ones_like(initial) if metric.include_initial else ~initial
+        regret = block[metric.column].astype(float)
+        cumulative = np.cumsum(np.where(keep, regret, 0.0), axis=1)  # adding 0 leaves a float sum as it is
+        kept = keep.any(axis=1)
+        last = length - 1 - np.argmax(keep[:, ::-1], axis=1)  # the last kept step of each run
+        picked = np.arange(len(last))
+        chosen_keys = [str(k) for k in keys[chosen]]
+        step_time = block["time_step_s"].astype(float)
+        wall = np.array([walls.get(k, 0.0) for k in chosen_keys])
+        values = {
+            "final_cumulative_regret": np.where(kept, cumulative[picked, last], np.nan),
+            "final_regret": np.where(kept, regret[picked, last], np.nan),
+            "wall_time_s": np.where(wall > 0, wall, _nan_to_zero_sum(step_time)),
+            "n_steps": np.full(len(chosen_keys), int(length)),
+            **{name: _nan_to_zero_sum(block[name].astype(float)) for name in RUN_TIMES},
+        }
+        out.append(_Curves(chosen_keys, block["step"].astype(int), initial, keep, regret, cumulative,
+                           np.cumsum(step_time, axis=1), values))
+    return out
 
 
 STEP_COLUMNS = [*CELL, "seed", "step", "is_initial", "regret", "cumulative_regret", "elapsed_s"]
@@ -135,37 +155,36 @@ def load_runs(
     store: ResultStore, expected: Sequence[RunSpec], metric: Metric
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rows for the expected runs (any status) and the per-step curves of the finished ones."""
+    keys = [spec.run_key for spec in expected]
     loose = store.loose_keys()
     finished, failed = loose | store.compacted.keys(), store.failed_keys()
-    # The compacted runs in one scan of the dataset; the loose ones file by file.
-    compacted = store.compacted.scan({s.run_key for s in expected} & (finished - loose), STEP_INPUT)
+    # The compacted runs in one scan of the dataset, their wall times from its index; the loose
+    # ones file by file (a file that cannot be read makes its run FAILED, with why).
+    frames = [store.compacted.scan(set(keys) & (finished - loose), STEP_INPUT)]
     index = store.compacted.index()
+    walls = dict(zip(index.index, index["wall_time_s"].astype(float)))
+    unreadable: dict[str, str] = {}
+    for key in sorted(set(keys) & loose):
+        try:
+            frames.append(_read_records(store, key).assign(run_key=key))
+            walls[key] = float(store.read_meta(key).get("wall_time_s") or 0.0)
+        except Exception as exc:  # a damaged file is a failure to show, not to hide
+            unreadable[key] = f"unreadable result: {type(exc).__name__}: {exc}"
+    groups = _curves(pd.concat([f for f in frames if not f.empty] or frames[:1], ignore_index=True), walls, metric)
+    where = {key: (g, i) for g, group in enumerate(groups) for i, key in enumerate(group.keys)}
     rows: list[dict[str, Any]] = []
-    curves: list[tuple[dict[str, Any], dict[str, np.ndarray]]] = []
-    for spec in expected:
-        key = spec.run_key
+    shown: list[tuple[int, int, int]] = []  # (row, group, run in group) of each finished run
+    for spec, key in zip(expected, keys):
         row: dict[str, Any] = {
-            "fidelity": spec.fidelity,
-            "problem": spec.problem,
-            "algorithm": spec.algorithm_label,
-            "seed": int(spec.seed),
-            "run_key": key,
-            "label": spec.label,
-            "status": MISSING,
-            "error": "",
+            "fidelity": spec.fidelity, "problem": spec.problem, "algorithm": spec.algorithm_label,
+            "seed": int(spec.seed), "run_key": key, "label": spec.label, "status": MISSING, "error": "",
         }
-        if key in finished:
-            try:
-                if key in compacted:
-                    records, meta = compacted[key], {"wall_time_s": float(index.at[key, "wall_time_s"])}
-                else:
-                    records, meta = _read_records(store, key), store.read_meta(key)
-                values, curve = _finished_row(records, meta, metric)
-            except Exception as exc:  # a damaged file is a failure to show, not to hide
-                row.update(status=FAILED, error=f"unreadable result: {type(exc).__name__}: {exc}")
-            else:
-                row.update(status=FINISHED, **values)
-                curves.append((row, curve))
+        if key in unreadable:
+            row.update(status=FAILED, error=unreadable[key])
+        elif key in where:
+            g, i = where[key]
+            row.update(status=FINISHED, **{name: values[i] for name, values in groups[g].values.items()})
+            shown.append((len(rows), g, i))
         elif key in failed:
             try:
                 error = _last_line(store.read_meta(key).get("error")) or "failed (no error text)"
@@ -177,32 +196,38 @@ def load_runs(
                "final_regret", "wall_time_s", *RUN_TIMES, "n_steps"]
     runs = pd.DataFrame(rows).reindex(columns=columns)
     runs["n_steps"] = runs["n_steps"].astype("Int64")
-    return runs, _stack_curves(curves)
+    return runs, _stack_curves(runs, groups, shown)
 
 
-def _stack_curves(curves: list[tuple[dict[str, Any], dict[str, np.ndarray]]]) -> pd.DataFrame:
-    """One frame from many runs' arrays (one concatenation, not one frame per run)."""
-    if not curves:
+def _stack_curves(runs: pd.DataFrame, groups: list[_Curves], shown: list[tuple[int, int, int]]) -> pd.DataFrame:
+    """One row per kept step of the finished runs, in the runs' order (one concatenation)."""
+    if not shown:
         return pd.DataFrame({c: pd.Series(dtype=object if c in CELL else float) for c in STEP_COLUMNS})
-    lengths = [len(curve["step"]) for _, curve in curves]
-    data: dict[str, Any] = {}
-    for name in (*CELL, "seed"):
-        data[name] = np.repeat(np.array([row[name] for row, _ in curves], dtype=object if name in CELL else int),
-                               lengths)
-    for name in STEP_COLUMNS[len(CELL) + 1:]:
-        data[name] = np.concatenate([curve[name] for _, curve in curves])
-    frame = pd.DataFrame(data)
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in STEP_COLUMNS}
+    order: list[np.ndarray] = []
+    for g, group in enumerate(groups):
+        members = [(row, i) for row, gg, i in shown if gg == g]
+        if not members:
+            continue
+        at, picked = np.array([row for row, _ in members]), np.array([i for _, i in members])
+        keep = group.keep[picked]
+        counts = keep.sum(axis=1)
+        for name in (*CELL, "seed"):
+            parts[name].append(np.repeat(runs[name].to_numpy()[at], counts))
+        for name in ("step", "is_initial", "regret", "cumulative_regret", "elapsed_s"):
+            parts[name].append(getattr(group, name)[picked][keep])
+        order.append(np.repeat(at, counts))
+    rank = np.argsort(np.concatenate(order), kind="stable")  # runs in order, each run's steps in order
+    frame = pd.DataFrame({name: np.concatenate(values)[rank] for name, values in parts.items()})
     for name in CELL:
         frame[name] = frame[name].astype(str)
+    frame["seed"] = frame["seed"].astype(int)
     return frame
 
 
 def _unique(values: Iterable[Any]) -> list[Any]:
-    seen: list[Any] = []
-    for value in values:
-        if value not in seen:
-            seen.append(value)
-    return seen
+    """The distinct values in order of first appearance (one pass: a study has 10^5 seeds' rows)."""
+    return list(dict.fromkeys(values))
 
 
 def load_study(studies: Sequence[Any], metric: Metric | None = None) -> StudyData:
