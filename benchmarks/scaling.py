@@ -47,9 +47,10 @@ ALGORITHMS = ["gp-ucb", "erbo"]
 EVALUATIONS, INIT_SIZE = 6, 5
 
 
-# `wdrbo-dist report CONFIG` in a process of its own that prints its peak memory last.
-REPORT = ("import resource, sys; from wdrbo_dist.cli import main; code = main(['report', sys.argv[1]]); "
-          "print('PEAK_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss); sys.exit(code)")
+# `wdrbo-dist report CONFIG` in a process of its own that prints its peak memory last (VmHWM: a
+# child's ru_maxrss starts from its parent's resident memory at the fork).
+REPORT = ("import re, sys; from pathlib import Path; from wdrbo_dist.cli import main; code = main(['report', sys.argv[1]]); "
+          "print('PEAK_KB', re.search(r'VmHWM:\\s+(\\d+)', Path('/proc/self/status').read_text()).group(1)); sys.exit(code)")
 
 
 def stand_in(spec: RunSpec, records: pd.DataFrame, seconds: float) -> RunResult:
