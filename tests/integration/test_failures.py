@@ -108,8 +108,10 @@ def test_a_tracking_server_that_stops_mid_study_costs_no_run_and_catches_up_at_t
     root = tmp_path / "server"
     root.mkdir()
     server = start_mlflow_server(root)
+    # Eight runs: with a task waiting at each pool process, four would all be done before the
+    # server has stopped; runs still to come after it are what the test needs.
     config = write_study(tmp_path / "study.yaml", "server-lost", server.uri, tmp_path / "out",
-                         evaluations=9, seeds=[0, 1], algorithms=["erbo"])
+                         evaluations=9, seeds=[0, 1, 2, 3], algorithms=["erbo"])
     runs = tmp_path / "out" / "runs"
     try:
         wait_for(server.up, 120, "mlflow server", server.log)
@@ -131,7 +133,7 @@ def test_a_tracking_server_that_stops_mid_study_costs_no_run_and_catches_up_at_t
         server = start_mlflow_server(root, port=int(server.uri.rsplit(":", 1)[1]))
         wait_for(server.up, 120, "mlflow server again", server.log)
         again = _run(["run", str(config), "--backend", "local", "--quiet"], dict(os.environ))
-        assert again.returncode == 0 and "0 finished, 0 failed, 4 skipped (already finished)" in again.stdout, (
+        assert again.returncode == 0 and "0 finished, 0 failed, 8 skipped (already finished)" in again.stdout, (
             again.stdout[-2000:] + again.stderr[-2000:])
         assert "mlflow: logged " in again.stderr
         _assert_whole(config, server.uri)
