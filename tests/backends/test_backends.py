@@ -88,25 +88,32 @@ def _pool_children() -> list[int]:
     return found
 
 
+def _kill_a_busy_pool_process(killed: list[str]) -> threading.Thread:
+    """A thread that SIGKILLs one process of this test's pool half a second into the task it took
+    (a pool process names that task's run key in a mark file named by its pid), once; the run key
+    goes into `killed`."""
+
+    def kill() -> None:
+        deadline = time.monotonic() + 60
+        while not killed and time.monotonic() < deadline:
+            for mark in Path(tempfile.gettempdir()).glob("wdrbo-pool-*/*"):
+                if int(mark.name) in _pool_children():
+                    time.sleep(0.5)  # into its run
+                    killed.append(mark.read_text())
+                    os.kill(int(mark.name), signal.SIGKILL)  # a process of the pool this test started
+                    break
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_killed_pool_process_is_retried_in_a_new_pool(tmp_path: Path) -> None:
     study = parse_study_config(tiny_study(tmp_path, evaluations=9, seeds=[1, 2]))
     tasks = make_tasks(study, study.runs)
-    killed: list[int] = []
-
-    def kill_one_busy_worker() -> None:
-        deadline = time.monotonic() + 60
-        while not killed and time.monotonic() < deadline:
-            # A pool process names the task it took in a mark file (named by its pid): one that has.
-            busy = {int(mark.name) for mark in Path(tempfile.gettempdir()).glob("wdrbo-pool-*/*")}
-            for pid in busy & set(_pool_children()):
-                time.sleep(0.5)  # into its run
-                os.kill(pid, signal.SIGKILL)  # a process of the pool this test started
-                killed.append(pid)
-                break
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_one_busy_worker, daemon=True)
-    killer.start()
+    killed: list[str] = []
+    killer = _kill_a_busy_pool_process(killed)
     outcomes = list(map_tasks(tasks, "local", workers=2, run=run_captured))
     killer.join()
     assert killed
@@ -122,20 +129,7 @@ def test_a_task_waiting_in_a_pool_that_breaks_is_not_charged_an_attempt(tmp_path
     study = parse_study_config(tiny_study(tmp_path, evaluations=9, seeds=[1, 2]))
     tasks = make_tasks(study, study.runs)
     killed: list[str] = []
-
-    def kill_the_busy_worker() -> None:
-        deadline = time.monotonic() + 60
-        while not killed and time.monotonic() < deadline:
-            for mark in Path(tempfile.gettempdir()).glob("wdrbo-pool-*/*"):
-                if int(mark.name) in _pool_children():
-                    time.sleep(0.5)
-                    killed.append(mark.read_text())
-                    os.kill(int(mark.name), signal.SIGKILL)  # the process of the pool this test started
-                    break
-            time.sleep(0.05)
-
-    killer = threading.Thread(target=kill_the_busy_worker, daemon=True)
-    killer.start()
+    killer = _kill_a_busy_pool_process(killed)
     outcomes = {o.task.spec.run_key: o for o in map_tasks(tasks, "local", workers=1, run=run_captured)}
     killer.join()
     assert killed and set(outcomes) == {t.spec.run_key for t in tasks}
