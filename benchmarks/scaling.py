@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import os
 import resource
@@ -53,20 +54,28 @@ REPORT = ("import re, sys; from pathlib import Path; from wdrbo_dist.cli import 
           "print('PEAK_KB', re.search(r'VmHWM:\\s+(\\d+)', Path('/proc/self/status').read_text()).group(1)); sys.exit(code)")
 
 
-def stand_in(spec: RunSpec, records: pd.DataFrame, seconds: float) -> RunResult:
-    """A run that takes `seconds` and returns `records`: the runner's work without a run's."""
+def stand_in(spec: RunSpec, records: bytes, seconds: float) -> RunResult:
+    """A run that takes `seconds` and returns `records` (a parquet file, decoded once per
+    process, so that a task carries a few bytes): the runner's work without a run's."""
     started = time.time()
     time.sleep(seconds)
-    return RunResult(spec=spec, status="FINISHED", records=records, options={"beta": 2.0},
+    return RunResult(spec=spec, status="FINISHED", records=_decoded(records), options={"beta": 2.0},
                      wall_time_s=time.time() - started, started_at=started)
 
 
-def template_records() -> pd.DataFrame:
+@functools.lru_cache(maxsize=1)
+def _decoded(records: bytes) -> pd.DataFrame:
+    return pd.read_parquet(io.BytesIO(records))
+
+
+def template_records() -> bytes:
+    """The records of a real 6-evaluation GP-UCB run, as the store's parquet file."""
+    from wdrbo_dist.atomic import parquet_bytes
     from wdrbo_dist.run import run_one
 
     spec = RunSpec.make(algorithm="gp-ucb", problem="three-hump-camel", seed=0, evaluations=EVALUATIONS,
                         init_size=INIT_SIZE, options={"raw_samples": 16, "num_restarts": 2})
-    return run_one(spec, capture_errors=False).records
+    return parquet_bytes(run_one(spec, capture_errors=False).records)
 
 
 def folder_size(folder: Path) -> tuple[int, int]:
@@ -146,18 +155,20 @@ def main() -> None:
     parser.add_argument("--tracking", nargs="+", choices=["none", "sqlite", "server"], default=["none", "sqlite", "server"])
     parser.add_argument("--run-ms", type=float, default=0.0, help="how long the stand-in run sleeps")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--scratch", default=None,
+                        help="the folder that holds each row's output folder and database (default: the system's temp)")
     parser.add_argument("--one", nargs=2, metavar=("RUNS", "TRACKING"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if args.one:
-        with tempfile.TemporaryDirectory(prefix="scaling-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="scaling-", dir=args.scratch) as scratch:
             row = measure(int(args.one[0]), args.one[1], args.run_ms, args.workers, Path(scratch))
         print("ROW " + json.dumps(row), flush=True)
         return
     if any(n < 1 for n in args.runs):
         parser.error("--runs: whole numbers >= 1")
     print(f"stand-in runs of {args.run_ms:g} ms, {EVALUATIONS} evaluations; local backend, {args.workers} workers; "
-          f"load before: {os.getloadavg()[0]:.2f}; {time.strftime('%Y-%m-%d')}", flush=True)
+          f"load before: {os.getloadavg()[0]:.2f}; scratch {args.scratch or tempfile.gettempdir()}; {time.strftime('%Y-%m-%d')}", flush=True)
     header = (f"{'runs':>7} {'tracking':<8} {'study s':>8} {'cost ms/run':>11} {'driver CPU ms/run':>17} "
               f"{'resume s':>8} {'status s':>8} {'report s':>8} {'driver MB':>9} {'report MB':>9} {'store MB':>8} "
               f"{'files':>7}")
@@ -165,7 +176,8 @@ def main() -> None:
     for runs in args.runs:
         for tracking in args.tracking:
             done = subprocess.run([sys.executable, __file__, "--one", str(runs), tracking, "--run-ms", str(args.run_ms),
-                                   "--workers", str(args.workers)], capture_output=True, text=True)
+                                   "--workers", str(args.workers),
+                                   *(["--scratch", args.scratch] if args.scratch else [])], capture_output=True, text=True)
             lines = [line for line in done.stdout.splitlines() if line.startswith("ROW ")]
             if done.returncode != 0 or not lines:
                 print(f"{runs:>7} {tracking:<8} failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}", flush=True)

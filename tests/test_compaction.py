@@ -50,6 +50,20 @@ def test_compaction_keeps_every_record_and_meta_and_leaves_no_loose_file(tmp_pat
     assert fresh.damaged() == []
 
 
+def test_compacted_runs_files_wait_in_discarded_until_the_end_of_the_command(tmp_path: Path) -> None:
+    # Deleting them as the study goes would slow each new run's files down on ext4 without a
+    # journal (the store's docstring); the study empties the folder at its end.
+    store, results = stored(tmp_path, range(1, 4))
+    store.compact()
+    assert sorted(p.name for p in store.discarded_dir.iterdir()) == sorted(
+        f"{r.spec.run_key}.{ext}" for r in results for ext in ("json", "parquet"))
+    fresh = ResultStore(store.root)  # no reader takes them for runs
+    assert fresh.loose_keys() == set() and fresh.finished_keys() == {r.spec.run_key for r in results}
+    assert fresh.damaged() == []
+    assert store.empty_discarded() == 12 and not list(store.discarded_dir.iterdir())
+    assert store.empty_discarded() == 0
+
+
 def test_rounds_add_up_and_a_run_saved_again_is_found_once(tmp_path: Path) -> None:
     store, results = stored(tmp_path, range(1, 3))
     store.compact()
@@ -148,6 +162,7 @@ def test_a_study_compacts_as_it_goes_and_status_report_and_resume_read_both_form
     store = ResultStore(study.output_dir)
     # 8 runs: two rounds of 3 as they finish; the last 2 stay in their own files (fewer than a round)
     assert len(store.compacted.keys()) == 6 and len(store.loose_keys()) == 2
+    assert not list(store.discarded_dir.iterdir())  # the compacted runs' own files, deleted at the end
     assert study_status(study).totals == (8, 0, 0)
     data = load_study([study])
     assert data.counts() == {"expected": 8, "finished": 8, "failed": 0, "missing": 0}

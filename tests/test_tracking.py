@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import socket
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from wdrbo_dist.run import RunSpec
 from wdrbo_dist.store import ResultStore
 from wdrbo_dist.tracking.child_runs import STEP_METRICS, log_child_run
 from wdrbo_dist.tracking.connection import TrackingError, check_tracking_uri
+from wdrbo_dist.tracking import sqlite_batch
+from wdrbo_dist.tracking.sqlite_batch import SqliteRows
 from wdrbo_dist.tracking.study_tracker import StudyTracker
 
 STUDY = {"name": "unit", "problems": ["newsvendor"], "algorithms": [{"name": "erbo", "options": {"beta": 2.0}}],
@@ -96,6 +99,39 @@ def test_a_batch_written_run_reads_back_as_the_client_logs_one(tracked) -> None:
     index = tracker.child_runs()
     assert sorted(index[result.spec.run_key]) == sorted([(by_batch.info.run_id, "FINISHED"),
                                                          (by_client.info.run_id, "RUNNING")])
+
+
+def test_rows_a_worker_builds_make_the_same_child_run_as_the_driver_would(tracked) -> None:
+    # With a sqlite store the study's hook builds a finished run's rows where it ran; they
+    # travel back pickled with the result, and the driver only inserts them.
+    tracker, _, store, client = tracked
+    hook = tracker.worker_hook()
+    assert isinstance(hook, SqliteRows)
+    hook = pickle.loads(pickle.dumps(hook))  # as a pool process or Ray worker gets it
+    assert hook(failed(spec(seed=3))) is None  # a failed run: the driver logs it the usual way
+    result = finished(spec(seed=3))
+    rows = pickle.loads(pickle.dumps(hook(result)))
+    store.save(result)
+    assert tracker.deliver(result, rows, store.records_path(result.spec.run_key)) == [] and tracker.flush() == []
+    (by_worker, _), = tracker.child_runs()[result.spec.run_key]
+    by_driver = client.get_run(logged(tracker, store, finished(spec(seed=1))))
+    run = client.get_run(by_worker)
+    assert run.info.status == "FINISHED" and run.info.run_name == "newsvendor|erbo|s3"
+    assert set(run.data.metrics) == set(by_driver.data.metrics) and run.data.params == by_driver.data.params
+    assert [m.value for m in client.get_metric_history(by_worker, "regret")] == result.records["regret"].tolist()
+    assert run.data.tags["mlflow.parentRunId"] == tracker.parent_run_id
+
+
+def test_a_store_whose_tables_differ_gets_no_rows_and_the_next_run_logs_them(tracked, monkeypatch) -> None:
+    # The batch writes MLflow's tables directly, so it checks their columns first: another
+    # MLflow's schema fails the write (one warning) rather than writing rows it would misread.
+    tracker, _, store, client = tracked
+    monkeypatch.setitem(sqlite_batch.COLUMNS, "tags", ("key", "value", "run_uuid", "added_later"))
+    result = finished(spec(seed=2))
+    store.save(result)
+    assert tracker.deliver(result, None, store.records_path(result.spec.run_key)) == []
+    assert tracker.flush() == ["mlflow: writing 1 runs failed (RuntimeError); the next `run` logs them"]
+    assert children(client, tracker) == []
 
 
 def test_params_are_the_options_as_the_algorithm_resolved_them(tracked) -> None:

@@ -114,6 +114,7 @@ def write_parquet_atomic(frame: pd.DataFrame, path: str | os.PathLike[str], sync
 
 
 def write_json_atomic(payload: dict, path: str | os.PathLike[str], sync_dir: bool = True) -> None:
-    """Write `payload` as JSON to `path`, atomically."""
-    text = json.dumps(payload, indent=1, sort_keys=True, default=str)
+    """Write `payload` as JSON to `path`, atomically (one line: json's C encoder, which an indent
+    would turn off: a run's meta is written per run, on the driver's hot path)."""
+    text = json.dumps(payload, sort_keys=True, default=str)
     write_bytes_atomic(text.encode(), path, sync_dir)

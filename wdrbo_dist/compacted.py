@@ -40,9 +40,9 @@ def _records_table(members: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> pa
     are joined by pandas and converted once (a conversion per run cost more than the rest of
     a round); tables of different schemas (another version's runs) are joined by Arrow, a
     column missing from one run null there."""
-    by_schema: dict[tuple[tuple[str, str], ...], list[tuple[str, pd.DataFrame]]] = {}
+    by_schema: dict[tuple[tuple[Any, ...], tuple[Any, ...]], list[tuple[str, pd.DataFrame]]] = {}
     for meta, records in members:
-        schema = tuple((str(name), str(dtype)) for name, dtype in records.dtypes.items())
+        schema = (tuple(records.columns), tuple(records.dtypes))  # dtypes compare (and hash) as dtypes
         by_schema.setdefault(schema, []).append((str(meta["run_key"]), records))
     tables = []
     for group in by_schema.values():

@@ -325,6 +325,7 @@ def _run_locked(
     except OSError as exc:  # the loose files stay the finished runs' record
         report.store_warning = (f"the finished runs stay in their own files, not compacted: cannot write "
                                 f"{store.root} ({reason(exc)}); nothing is lost, the next `run` compacts them")
+    store.empty_discarded()  # the compacted runs' own files, moved aside while the study ran
     report.wall_time_s = time.monotonic() - started
     if tracker is not None and ctrl_c.cut_short:
         # It may have stopped an MLflow call midway, and a sqlite store's write lock with it.

@@ -18,7 +18,7 @@ from wdrbo_dist.mlflow_views import study_view, ui_address
 from wdrbo_dist.run import RunResult
 from wdrbo_dist.tracking import connection
 from wdrbo_dist.tracking.child_runs import WorkerTracking, finish_child_run, log_child_run
-from wdrbo_dist.tracking.sqlite_batch import SqliteBatch, child_runs_by_key
+from wdrbo_dist.tracking.sqlite_batch import ChildRunRows, SqliteBatch, SqliteRows, child_runs_by_key
 from wdrbo_dist.tracking.connection import (
     FINISHED, KILLED, RUNNING, apply_client_settings, find_parent_run, mlflow_client, save_view, search_all,
     server_answers, tracking_mode,
@@ -39,7 +39,8 @@ BATCH_RUNS, BATCH_SECONDS = 500, 5.0
 # - `driver` (sqlite:///...): only the driver talks to the database (sqlite does not like
 #   concurrent writers, and cluster nodes cannot see the file). It writes finished runs'
 #   child runs after their parquet is durable, in batches (`sqlite_batch`: 500 runs or 5 s, and
-#   at the end of the command), without the records artifact; a failed run the usual way.
+#   at the end of the command), without the records artifact, from the rows each worker built
+#   (`SqliteRows`, the hook); a failed run the usual way.
 # - `worker` (http(s)://, a real `mlflow server`): each worker logs its own child run right after
 #   `run_one` returns and leaves it RUNNING; the driver marks it FINISHED (or FAILED) once the
 #   parquet is durable. A worker killed while logging leaves a RUNNING orphan that the driver
@@ -70,7 +71,7 @@ class StudyTracker:
         # Set when the server stopped answering mid-study; the results it missed wait in
         # `backlog` (with the child run a worker opened, if any) until `answers_again`.
         self.unreachable = False
-        self.backlog: list[tuple[RunResult, str | None, Path | None]] = []
+        self.backlog: list[tuple[RunResult, str | ChildRunRows | None, Path | None]] = []
         self._probed_at = 0.0
         self.study_name = study_name
         self.mode = tracking_mode(uri)
@@ -160,7 +161,7 @@ class StudyTracker:
         self._probed_at = time.monotonic()
         return server_answers(self.uri)
 
-    def deliver(self, result: RunResult, child_run_id: str | None, records_file: Path | None) -> list[str]:
+    def deliver(self, result: RunResult, child_run_id: str | ChildRunRows | None, records_file: Path | None) -> list[str]:
         """Record a result the store holds, or keep it in the backlog while the server does not
         answer (each call would wait out MLflow's retries again). Returns warnings for the user."""
         if self.unreachable:
@@ -178,11 +179,11 @@ class StudyTracker:
     def flush(self) -> list[str]:
         """At the end of a command: write the batch, log the backlog if the server answers now."""
         if self.batch is not None and not self.unreachable:
+            runs = self.batch.pending.runs
             try:
                 self.batch.write()
             except Exception as exc:  # noqa: BLE001 - the store has them; the next start logs them
-                return [f"mlflow: writing {len(self.batch.pending)} runs failed ({type(exc).__name__}); "
-                        "the next `run` logs them"]
+                return [f"mlflow: writing {runs} runs failed ({type(exc).__name__}); the next `run` logs them"]
         return self._catch_up() if self.unreachable and self.answers_again(now=True) else []
 
     def _catch_up(self) -> list[str]:
@@ -197,9 +198,12 @@ class StudyTracker:
         self.unreachable = False
         return [f"mlflow answers again: logged the {logged} runs it missed"]
 
-    def worker_hook(self) -> WorkerTracking | None:
-        """In worker mode, the hook the driver hands the backend: called on each result where
-        the run ran, it logs the child run and returns its id. None in driver mode."""
+    def worker_hook(self) -> WorkerTracking | SqliteRows | None:
+        """The hook the driver hands the backend, called on each result where the run ran: in
+        worker mode it logs the child run and returns its id; in driver mode it builds a
+        finished run's rows for the batch."""
+        if self.batch is not None:
+            return self.batch.rows_of
         if self.mode != "worker":
             return None
         return WorkerTracking(self.uri, self.experiment_id, self.parent_run_id)
@@ -214,13 +218,15 @@ class StudyTracker:
             index.setdefault(run.data.tags.get("run_key", ""), []).append((run.info.run_id, run.info.status))
         return index
 
-    def record(self, result: RunResult, child_run_id: str | None, records_file: Path | None) -> str:
+    def record(self, result: RunResult, child_run_id: str | ChildRunRows | None, records_file: Path | None) -> str:
         """Log (driver mode) or close (worker mode) the child run of a result the store holds.
-        A finished run for a sqlite store joins the batch (written every BATCH_RUNS runs or
-        BATCH_SECONDS, and by `flush`); its child run id is then "" ."""
-        if child_run_id is None and self.batch is not None and result.ok:
-            self.batch.add(result)
-            if len(self.batch.pending) >= BATCH_RUNS or time.monotonic() - self._written_at > BATCH_SECONDS:
+        A finished run for a sqlite store joins the batch (with the rows its worker built, if
+        any; written every BATCH_RUNS runs or BATCH_SECONDS, and by `flush`); its child run id
+        is then "" ."""
+        if isinstance(child_run_id, ChildRunRows) or (child_run_id is None and self.batch is not None and result.ok):
+            assert self.batch is not None
+            self.batch.add(result, child_run_id if isinstance(child_run_id, ChildRunRows) else None)
+            if self.batch.pending.runs >= BATCH_RUNS or time.monotonic() - self._written_at > BATCH_SECONDS:
                 self.batch.write()
                 self._written_at = time.monotonic()
             return ""
