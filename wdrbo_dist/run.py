@@ -8,6 +8,7 @@ the same design and the same context stream: paired comparisons), never from glo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -70,9 +71,10 @@ class RunSpec:
             "version": __version__,
         }
 
-    @property
+    @functools.cached_property
     def run_key(self) -> str:
-        """A content hash of the run's full spec: equal keys mean equal records."""
+        """A content hash of the run's full spec: equal keys mean equal records (worked out
+        once per spec: the driver asks for it a dozen times per run)."""
         payload = json.dumps(self.identity(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
