@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ from wdrbo_dist.problems.camel import ThreeHumpCamel
 from wdrbo_dist.store import ResultStore
 from wdrbo_dist.study_spec import StudySpec
 from wdrbo_dist.study import run_study
-from wdrbo_dist.tracking.study_tracker import StudyTracker
+from wdrbo_dist.tracking.study_tracker import LEDGER, StudyTracker
 
 FAST = {"raw_samples": 32, "num_restarts": 2}
 
@@ -181,6 +182,29 @@ def test_ctrl_c_while_an_outcome_is_stored_and_logged_waits_for_it_unless_presse
     assert any("second Ctrl-C" in line for line in report.tracking_warnings) == (presses == 2)
     again = run_study(four_runs(tmp_path), ctrl_c=CtrlC())
     assert (again.exit_code, len(again.finished), finished_in_mlflow()) == (0, 3, 4)
+
+
+def test_a_clean_command_leaves_its_ledger_and_the_next_start_reads_no_child_runs_back(tmp_path, monkeypatch, ctrl_c_default):
+    # A resume of a finished 10^5-run study must not page through MLflow's child runs.
+    report = run_study(four_runs(tmp_path), ctrl_c=CtrlC())
+    ledger = tmp_path / "out" / LEDGER
+    assert report.exit_code == 0 and len(json.loads(ledger.read_text())["run_keys"]) == 4
+    with monkeypatch.context() as m:
+        m.setattr(StudyTracker, "child_runs", lambda self: pytest.fail("read the child runs back"))
+        again = run_study(four_runs(tmp_path), ctrl_c=CtrlC())
+    assert (again.exit_code, len(again.finished)) == (0, 0) and ledger.exists()
+    # A command cut short leaves none: the next start compares with MLflow.
+    record, pressed = StudyTracker.record, []
+
+    def record_while_ctrl_c_is_pressed(self, *args):
+        if not pressed:
+            pressed.append(press_ctrl_c())
+        return record(self, *args)
+
+    monkeypatch.setattr(StudyTracker, "record", record_while_ctrl_c_is_pressed)
+    ResultStore(tmp_path / "out").runs_dir.joinpath(f"{four_runs(tmp_path).runs[0].run_key}.json").unlink()
+    cut = run_study(four_runs(tmp_path), ctrl_c=CtrlC())
+    assert cut.interrupted and not ledger.exists()
 
 
 def test_a_driver_started_ignoring_sigint_keeps_ignoring_it(tmp_path, monkeypatch):

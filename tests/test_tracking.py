@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import socket
 from pathlib import Path
@@ -18,7 +19,7 @@ from wdrbo_dist.tracking.child_runs import STEP_METRICS, log_child_run
 from wdrbo_dist.tracking.connection import TrackingError, check_tracking_uri
 from wdrbo_dist.tracking import sqlite_batch
 from wdrbo_dist.tracking.sqlite_batch import SqliteRows
-from wdrbo_dist.tracking.study_tracker import StudyTracker
+from wdrbo_dist.tracking.study_tracker import LEDGER, StudyTracker
 
 STUDY = {"name": "unit", "problems": ["newsvendor"], "algorithms": [{"name": "erbo", "options": {"beta": 2.0}}],
          "seeds": [1, 2, 3], "evaluations": 7, "init_size": 5, "tracking_uri": "none"}
@@ -167,6 +168,54 @@ def test_reconcile_logs_what_the_store_has_and_kills_orphans_once(tracked) -> No
     assert tracker.reconcile(store, keys) == (0, 0)  # idempotent
     statuses = sorted((r.data.tags["seed"], r.info.status) for r in children(client, tracker))
     assert statuses == [("1", "FINISHED"), ("2", "FINISHED"), ("3", "KILLED")]
+
+
+def test_a_ledger_a_clean_command_left_spares_the_next_start_reading_mlflow_back(tracked, monkeypatch) -> None:
+    # At 10^5 runs on a server, reading the child runs back is minutes of paging: the ledger
+    # (what MLflow holds) stands in for it until a command is cut short.
+    tracker, study, store, client = tracked
+    keys = [r.run_key for r in study.runs]
+    for seed in (1, 2):
+        logged(tracker, store, finished(spec(seed=seed)))
+    assert tracker.reconcile(store, keys, trusted=True) == (0, 0)
+    tracker.save_ledger(store.root)
+    ledger = store.root / LEDGER
+    assert json.loads(ledger.read_text())["run_keys"] == sorted(keys[:2])
+
+    def read_back(self):
+        raise AssertionError("read the child runs back")
+
+    again = StudyTracker(tracker.uri, tracker.study_name)
+    again.start(study, "name: unit\n")
+    again.load_ledger(store.root)
+    assert not ledger.exists()  # until this command ends cleanly, nothing vouches for MLflow
+    with monkeypatch.context() as m:
+        m.setattr(StudyTracker, "child_runs", read_back)
+        assert again.reconcile(store, keys, rerun=[keys[2]], trusted=True) == (0, 0)
+    # Not trusted (a command cut short), a run set aside to run again, or a finished run the
+    # ledger lacks: the child runs are read back.
+    assert again.reconcile(store, keys, rerun=[keys[0]], trusted=True) == (0, 1)
+    assert [r.info.status for r in children(client, tracker) if r.data.tags["seed"] == "1"] == ["KILLED"]
+    store.save(finished(spec(seed=3)))
+    assert again.reconcile(store, keys, trusted=True) == (2, 0)  # seeds 1 (killed before) and 3
+    assert again.known == set(keys)
+
+
+def test_a_ledger_of_another_experiment_or_store_is_ignored(tracked) -> None:
+    tracker, study, store, _ = tracked
+    logged(tracker, store, finished(spec(seed=1)))
+    tracker.reconcile(store, [r.run_key for r in study.runs])
+    for field, value in (("parent_run_id", "0" * 32), ("tracking_uri", "sqlite:///elsewhere.db")):
+        tracker.save_ledger(store.root)
+        text = (store.root / LEDGER).read_text()
+        (store.root / LEDGER).write_text(text.replace(json.loads(text)[field], value))
+        again = StudyTracker(tracker.uri, tracker.study_name)
+        again.start(study, "name: unit\n")
+        again.load_ledger(store.root)
+        assert again.known is None and not (store.root / LEDGER).exists()
+    (store.root / LEDGER).write_text("{not json")
+    again.load_ledger(store.root)
+    assert again.known is None
 
 
 def test_a_resumed_study_reuses_its_experiment_and_parent_run(tracked) -> None:

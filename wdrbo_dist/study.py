@@ -171,6 +171,7 @@ class StudyReport:
     write_error: str | None = None  # why the output folder could not be written; runs in flight cancelled
     kept_elsewhere: str = ""  # where the finished run that could not be stored was written instead
     interrupted: bool = False
+    retried: bool = False  # a task ran more than once (an attempt may have left a RUNNING child run)
     wall_time_s: float = 0.0
     tracking_warnings: list[str] = field(default_factory=list)
     store_warning: str = ""  # why the finished runs could not be compacted at the end (they stay loose)
@@ -278,8 +279,10 @@ def _run_locked(
             tracker = StudyTracker(study.tracking_uri, study.name)
             tracker.start(study, study.config_text(), {"backend": backend, "workers": workers})
             report.runs_address = tracker.runs_address()
+            tracker.load_ledger(store.root)
             # A run about to run again (set aside as damaged, or --force) keeps no FINISHED child.
-            logged, killed = tracker.reconcile(store, [r.run_key for r in plan.runs], rerun=[r.run_key for r in plan.todo])
+            logged, killed = tracker.reconcile(store, [r.run_key for r in plan.runs],
+                                               rerun=[r.run_key for r in plan.todo], trusted=True)
         except Exception as exc:  # noqa: BLE001 - no run has started: one line, nothing to lose
             raise TrackingError(f"tracking_uri {study.tracking_uri}: MLflow failed while starting study "
                                 f"{study.name!r} ({type(exc).__name__}: {one_line(exc)}); fix the store or use "
@@ -301,6 +304,7 @@ def _run_locked(
         with ctrl_c.taken():
             for outcome in outcomes:
                 with ctrl_c.deferred():
+                    report.retried = report.retried or outcome.attempts > 1
                     _settle(outcome, store, tracker, report)
                     if store.saved_since_compaction >= COMPACT_EVERY:
                         with writing("the compacted runs", store.root):
@@ -335,8 +339,12 @@ def _run_locked(
     if tracker is not None:
         report.tracking_warnings += tracker.flush()
     if tracker is not None and not tracker.unreachable:
+        # Every task came back at its first attempt and MLflow took every result: no attempt
+        # can be RUNNING there, and what the tracker logged is what it holds.
+        clean = not (report.interrupted or report.cluster_gone or report.write_error or report.lost
+                     or report.retried or report.tracking_warnings)
         try:
-            tracker.reconcile(store, [r.run_key for r in plan.runs])
+            tracker.reconcile(store, [r.run_key for r in plan.runs], trusted=clean)
             status = "KILLED" if report.interrupted or report.cluster_gone or report.write_error else (
                 "FAILED" if report.exit_code else "FINISHED")
             tracker.end(status, {
@@ -345,6 +353,8 @@ def _run_locked(
                 "runs_lost_now": float(len(report.lost)),
                 "study_wall_time_s": report.wall_time_s,
             })
+            if clean:
+                tracker.save_ledger(store.root)
         except Exception as exc:  # noqa: BLE001 - the store holds everything; next run catches up
             report.tracking_warnings.append(f"mlflow: {type(exc).__name__}: {exc}")
     return report

@@ -50,12 +50,16 @@ class ChildRunRows:
     """The rows of MLflow's tables that make some finished runs' child runs (table -> rows)."""
 
     rows: dict[str, list[tuple[Any, ...]]] = field(default_factory=lambda: {table: [] for table in COLUMNS})
-    runs: int = 0
+    run_keys: list[str] = field(default_factory=list)
+
+    @property
+    def runs(self) -> int:
+        return len(self.run_keys)
 
     def extend(self, other: "ChildRunRows") -> None:
         for table, rows in other.rows.items():
             self.rows[table] += rows
-        self.runs += other.runs
+        self.run_keys += other.run_keys
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class SqliteRows:
         run_id = _time_ordered_id()
         spec = result.spec
         start = int((result.started_at or time.time()) * 1000)
-        out = ChildRunRows(runs=1)
+        out = ChildRunRows(run_keys=[spec.run_key])
         out.rows["runs"].append((
             run_id, spec.label, "UNKNOWN", "", "", self.user, "FINISHED", start,
             start + int(result.wall_time_s * 1000), None, "", "active", f"{self.artifact_root}/{run_id}/artifacts",
@@ -128,10 +132,10 @@ class SqliteBatch:
         """Queue a finished run: `rows` as its hook built them where it ran, else built here."""
         self.pending.extend(rows if rows is not None else self.rows_of(result))  # type: ignore[arg-type]
 
-    def write(self) -> int:
-        """Write the pending runs as FINISHED child runs, in one transaction; returns how many."""
+    def write(self) -> list[str]:
+        """Write the pending runs as FINISHED child runs, in one transaction; returns their keys."""
         if not self.pending.runs:
-            return 0
+            return []
         pending, self.pending = self.pending, ChildRunRows()  # on an error, the next start logs them from the store
         with _engine(self.client).begin() as connection:  # one transaction, committed on leaving
             if not self._checked:
@@ -143,7 +147,7 @@ class SqliteBatch:
                     connection.exec_driver_sql(
                         f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                         pending.rows[table])
-        return pending.runs
+        return pending.run_keys
 
 
 def _check_columns(connection: Any) -> None:

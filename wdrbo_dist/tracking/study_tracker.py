@@ -8,12 +8,14 @@ the reconciliation, a silent server, and the runs' names, tags, params and metri
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wdrbo_dist import __version__
+from wdrbo_dist.atomic import write_json_atomic
 from wdrbo_dist.mlflow_views import study_view, ui_address
 from wdrbo_dist.run import RunResult
 from wdrbo_dist.tracking import connection
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 # A sqlite store gets finished runs in batches (`sqlite_batch`): this many, or every few seconds.
 BATCH_RUNS, BATCH_SECONDS = 500, 5.0
+LEDGER = "mlflow.json"  # in the output folder: the run keys MLflow holds a FINISHED child run of
 
 
 # The store (parquet) is the canonical data; MLflow is a view of it that the driver keeps in
@@ -47,7 +50,12 @@ BATCH_RUNS, BATCH_SECONDS = 500, 5.0
 #   marks KILLED, so every run is FINISHED exactly once.
 #
 # On every start the driver reconciles: each finished run of the store without a FINISHED child
-# run is logged from the store (a driver killed between store and tracker loses nothing).
+# run is logged from the store (a driver killed between store and tracker loses nothing). It
+# reads the study's child runs for that only when it must: a command that ends with every task
+# back and MLflow up to date leaves `LEDGER` in the output folder (the runs MLflow holds a
+# FINISHED child run of), and the next start that finds it, for the same store, experiment and
+# parent run, reads it instead and deletes it (a command cut short leaves none). With a server,
+# reading 10^5 child runs back is minutes of paging; delete the file to make a start compare.
 # A server that stops answering mid-study costs seconds, not minutes: MLflow's HTTP retries are
 # bounded (`MLFLOW_CLIENT_SETTINGS`), a worker probes /health before logging, and the driver keeps
 # the results the server missed in a backlog that it logs when the server answers again.
@@ -80,6 +88,9 @@ class StudyTracker:
         self.parent_run_id = ""
         self.batch: SqliteBatch | None = None  # driver mode: finished runs waiting to be written
         self._written_at = time.monotonic()
+        # The run keys MLflow holds a FINISHED child run of, as far as this driver knows (None:
+        # not known; `reconcile` reads the child runs back).
+        self.known: set[str] | None = None
 
     # --- study ---------------------------------------------------------------------------------
     def start(self, study: "StudySpec", config_text: str, extra_params: dict[str, str] | None = None) -> None:
@@ -181,7 +192,7 @@ class StudyTracker:
         if self.batch is not None and not self.unreachable:
             runs = self.batch.pending.runs
             try:
-                self.batch.write()
+                self._written(self.batch.write())
             except Exception as exc:  # noqa: BLE001 - the store has them; the next start logs them
                 return [f"mlflow: writing {runs} runs failed ({type(exc).__name__}); the next `run` logs them"]
         return self._catch_up() if self.unreachable and self.answers_again(now=True) else []
@@ -227,7 +238,7 @@ class StudyTracker:
             assert self.batch is not None
             self.batch.add(result, child_run_id if isinstance(child_run_id, ChildRunRows) else None)
             if self.batch.pending.runs >= BATCH_RUNS or time.monotonic() - self._written_at > BATCH_SECONDS:
-                self.batch.write()
+                self._written(self.batch.write())
                 self._written_at = time.monotonic()
             return ""
         if child_run_id is None:
@@ -235,20 +246,33 @@ class StudyTracker:
                 self.client, self.experiment_id, self.parent_run_id, result, records_file
             )
         finish_child_run(self.client, child_run_id, result)
+        if result.ok:
+            self._written([result.spec.run_key])
         return child_run_id
 
-    def reconcile(self, store: "ResultStore", keys: Iterable[str], rerun: Iterable[str] = ()) -> tuple[int, int]:
+    def _written(self, run_keys: list[str]) -> None:
+        if self.known is not None:
+            self.known.update(run_keys)
+
+    def reconcile(self, store: "ResultStore", keys: Iterable[str], rerun: Iterable[str] = (),
+                  trusted: bool = False) -> tuple[int, int]:
         """Log every finished run of the store that MLflow lacks; mark orphans KILLED.
 
         Orphans are RUNNING children (an attempt the infrastructure lost) and the FINISHED
         children of the `rerun` keys (runs about to run again: their results were set aside or
         are overwritten), so that the attempt that completes a run is its one FINISHED child.
-        Run only when no run of the study is in flight. Returns (logged, killed).
+        `trusted`: no attempt can have been left RUNNING since `known` was read back or loaded
+        (`load_ledger`), so when it holds every finished run and none of `rerun`, there is
+        nothing to do and nothing is read back. Run only when no run of the study is in flight.
+        Returns (logged, killed).
         """
+        keys, rerun = list(keys), set(rerun)
+        finished = store.finished_keys() - rerun
+        if trusted and self.known is not None and finished & set(keys) <= self.known and not rerun & self.known:
+            return 0, 0
         index = self.child_runs()
         logged = killed = 0
-        rerun = set(rerun)
-        finished = store.finished_keys() - rerun
+        known = set()
         for key in keys:
             runs = index.get(key, [])
             for run_id, status in runs:
@@ -258,7 +282,36 @@ class StudyTracker:
             if key in finished and not any(status == FINISHED for _, status in runs):
                 self.record(store.read_result(key), None, store.records_path(key))
                 logged += 1
+            if key in finished:
+                known.add(key)
         if self.batch is not None:
             self.batch.write()
+        self.known = known
         return logged, killed
+
+    # --- the ledger: what MLflow holds, kept beside the store between commands ----------------
+    def _ledger_identity(self) -> dict[str, str]:
+        return {"tracking_uri": self.uri, "experiment_id": self.experiment_id, "parent_run_id": self.parent_run_id}
+
+    def load_ledger(self, folder: Path) -> None:
+        """Take `known` from the ledger the last command left in `folder`, if it is this
+        study's (same store, experiment and parent run), and delete it: until this command
+        ends cleanly, no ledger vouches for MLflow."""
+        path = Path(folder) / LEDGER
+        try:
+            data = json.loads(path.read_text())
+            path.unlink()
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and all(data.get(k) == v for k, v in self._ledger_identity().items()):
+            keys = data.get("run_keys")
+            if isinstance(keys, list) and all(isinstance(k, str) for k in keys):
+                self.known = set(keys)
+
+    def save_ledger(self, folder: Path) -> None:
+        """Leave the ledger for the next command (call only when no attempt of this command
+        can be RUNNING in MLflow and every finished run was logged: `known` is then whole)."""
+        if self.known is not None:
+            write_json_atomic({**self._ledger_identity(), "version": __version__, "run_keys": sorted(self.known)},
+                              Path(folder) / LEDGER)
 
