@@ -100,10 +100,15 @@ def log_child_run(
                Param("fidelity", spec.fidelity)]
     now = int(time.time() * 1000)
     metrics = [Metric(k, v, now, s) for k, v, s in run_metrics(result)]
-    for chunk in chunks(params, 100):
-        client.log_batch(run_id, params=chunk)
-    for chunk in chunks(metrics, BATCH):
-        client.log_batch(run_id, metrics=chunk)
+    # One call for a run's params and metrics where they fit (a run of 100 evaluations: ~820
+    # entities): at 10^4 runs each request saved is minutes of a server's time.
+    if len(params) <= 100 and len(params) + len(metrics) <= BATCH:
+        client.log_batch(run_id, params=params, metrics=metrics)
+    else:
+        for chunk in chunks(params, 100):
+            client.log_batch(run_id, params=chunk)
+        for chunk in chunks(metrics, BATCH):
+            client.log_batch(run_id, metrics=chunk)
     if result.ok and result.records is not None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "records.parquet"  # the same artifact name for every run
