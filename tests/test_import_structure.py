@@ -24,6 +24,7 @@ LAYERS: list[set[str]] = [
     {"acquisition"},
     {"algorithms"},
     {"run", "mlflow_views", "compacted"},
+    {"run_files"},  # a run as the store writes it
     {"study_spec", "store"},
     {"tracking", "backends", "submit", "output_folder"},
     {"config"},

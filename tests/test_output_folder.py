@@ -152,9 +152,10 @@ def test_status_and_run_name_the_runs_an_older_version_left(tmp_path, capsys, mo
     study = config(tmp_path, out)
     import wdrbo_dist.output_folder as folder_module
     import wdrbo_dist.run as run_module
+    import wdrbo_dist.run_files as run_files_module
 
     with monkeypatch.context() as older:  # the same study, run by version 0.21.0
-        for module in (run_module, store_module, folder_module):
+        for module in (run_module, run_files_module, store_module, folder_module):
             older.setattr(module, "__version__", "0.21.0")
         assert main(["run", str(study), "--quiet"]) == 0
     capsys.readouterr()

@@ -13,7 +13,8 @@ import pytest
 from wdrbo_dist.records import CORE_COLUMNS
 from wdrbo_dist.run import RunResult, RunSpec, resolved_options
 from wdrbo_dist.atomic import write_atomic, write_parquet_atomic
-from wdrbo_dist.store import ResultStore, encoded_run, spec_from_dict
+from wdrbo_dist.run_files import encoded_run, spec_from_dict
+from wdrbo_dist.store import ResultStore
 
 
 def records(n: int = 7, seed: int = 0) -> pd.DataFrame:

@@ -103,7 +103,7 @@ class RunResult:
     host: str = field(default_factory=lambda: os.uname().nodename)
     pid: int = field(default_factory=os.getpid)
     # The records as the store's parquet file, encoded where the run ran (the study's workers do
-    # it: `store.encoded_run`), so that the driver only writes bytes; None: the store encodes them.
+    # it: `run_files.encoded_run`), so that the driver only writes bytes; None: the store encodes them.
     records_parquet: bytes | None = field(default=None, repr=False)
     _summary: dict[str, float] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -113,7 +113,7 @@ class RunResult:
 
     def summary(self) -> dict[str, float]:
         """Final metrics of a finished run (what the tracker logs as run-level metrics); worked
-        out once, where the run ran when the study encodes it there (`store.encoded_run`)."""
+        out once, where the run ran when the study encodes it there (`run_files.encoded_run`)."""
         if self.records is None or self.records.empty:
             return {"wall_time_s": self.wall_time_s}
         if self._summary is None:

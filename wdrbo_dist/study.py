@@ -24,7 +24,8 @@ from wdrbo_dist.output_folder import (
     write_study_file, writing,
 )
 from wdrbo_dist.run import RunResult, RunSpec, resolved_options, run_one
-from wdrbo_dist.store import ResultStore, encoded_run
+from wdrbo_dist.run_files import encoded_run
+from wdrbo_dist.store import ResultStore
 from wdrbo_dist.study_spec import StudySpec
 from wdrbo_dist.tracking.connection import TrackingError, check_tracking_uri, one_line
 from wdrbo_dist.tracking.study_tracker import StudyTracker
@@ -339,8 +340,7 @@ def _run_locked(
     if tracker is not None:
         report.tracking_warnings += tracker.flush()
     if tracker is not None and not tracker.unreachable:
-        # Every task came back at its first attempt and MLflow took every result: no attempt
-        # can be RUNNING there, and what the tracker logged is what it holds.
+        # Every task back at its first attempt, MLflow took every result: none RUNNING there.
         clean = not (report.interrupted or report.cluster_gone or report.write_error or report.lost
                      or report.retried or report.tracking_warnings)
         try:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wdrbo_dist.run import RunSpec
-from wdrbo_dist.store import ResultStore, spec_from_dict
+from wdrbo_dist.run_files import spec_from_dict
+from wdrbo_dist.store import ResultStore
 
 
 @dataclass(frozen=True)

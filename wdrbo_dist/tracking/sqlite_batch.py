@@ -1,15 +1,12 @@
 """Child runs written to an embedded (sqlite) MLflow store many at a time, in one transaction.
 
-MLflow's client spends three ORM transactions on a child run (create, log, end): about 30 ms
-each run on sqlite, more than a short run takes, and an hour of the driver's time at 10^5 runs.
-The driver of a `sqlite:///` store writes finished runs here in batches instead, straight into
-MLflow's tables (`mlflow.store.tracking.dbmodels`, the pinned version's schema: a table whose
-columns differ fails the write, and the next start logs the runs), and reads the study's child
-runs with one query. The rows of a run are built where it ran (`SqliteRows`, the study's hook),
-so the driver, one for all workers, only inserts them. A run appears exactly as the client would
-log it (tags, params, per-step and final metrics, ended FINISHED), without the records
-artifact: the store holds the records. tests/test_tracking.py reads such runs back with
-MLflow's client.
+MLflow's client spends three ORM transactions on a child run (create, log, end): about 30 ms a
+run on sqlite, an hour of the driver's time at 10^5 runs. The driver of a `sqlite:///` store
+inserts finished runs' rows straight into MLflow's tables (the pinned version's schema, checked
+first) in batches, rows each worker built (`SqliteRows`, the study's hook), and reads the study's
+child runs with one query. A run appears as the client would log it (tags, params, per-step and
+final metrics, ended FINISHED), without the records artifact (the store holds the records);
+tests/test_tracking.py reads such runs back with MLflow's client.
 """
 
 from __future__ import annotations
