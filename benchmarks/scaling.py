@@ -167,6 +167,8 @@ def main() -> None:
         return
     if any(n < 1 for n in args.runs):
         parser.error("--runs: whole numbers >= 1")
+    if args.scratch and not os.access(args.scratch, os.W_OK | os.X_OK):
+        parser.error(f"--scratch: {args.scratch} is not a folder this user can write")
     print(f"stand-in runs of {args.run_ms:g} ms, {EVALUATIONS} evaluations; local backend, {args.workers} workers; "
           f"load before: {os.getloadavg()[0]:.2f}; scratch {args.scratch or tempfile.gettempdir()}; {time.strftime('%Y-%m-%d')}", flush=True)
     header = (f"{'runs':>7} {'tracking':<8} {'study s':>8} {'cost ms/run':>11} {'driver CPU ms/run':>17} "

@@ -249,7 +249,7 @@ class ResultStore:
             try:
                 os.unlink(entry.path)
                 removed += 1
-            except FileNotFoundError:
+            except OSError:  # gone already, or not ours to delete: the next command tries again
                 pass
         return removed
 
