@@ -210,7 +210,8 @@ def run_all(jobs: list[tuple[Key, RunSpec, Variant]], workers: int) -> dict[Key,
     own local backend, or with a process setting a fresh process per run."""
     from wdrbo_dist.backends import map_tasks
     from wdrbo_dist.backends.task import Task
-    from wdrbo_dist.study import expected_cost, run_captured
+    from wdrbo_dist.plan import expected_cost
+    from wdrbo_dist.study import run_captured
 
     jobs = sorted(jobs, key=lambda job: -expected_cost(job[1]))
     outcomes: dict[Key, Outcome] = {}

@@ -87,7 +87,8 @@ def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path
     """One row, in this process: the study, then resume, status and report."""
     from wdrbo_dist.analysis.load import load_study
     from wdrbo_dist.config import load_study_config
-    from wdrbo_dist.study import run_study, study_status
+    from wdrbo_dist.plan import study_status
+    from wdrbo_dist.study import run_study
 
     server = None
     if tracking == "sqlite":

@@ -37,7 +37,8 @@ if "RAY_AUTH_MODE" not in os.environ:  # a private token: nothing written to ~/.
 
 from wdrbo_dist.backends import map_tasks  # noqa: E402
 from wdrbo_dist.config import parse_study_config  # noqa: E402
-from wdrbo_dist.study import make_tasks, run_captured  # noqa: E402
+from wdrbo_dist.plan import make_tasks  # noqa: E402
+from wdrbo_dist.study import run_captured  # noqa: E402
 
 
 def study(evaluations: int, seeds: int, out: Path):

@@ -18,7 +18,7 @@ from wdrbo_dist.compacted import CompactedRuns
 from wdrbo_dist.config import load_study_config
 from wdrbo_dist.run import RunSpec
 from wdrbo_dist.store import ResultStore
-from wdrbo_dist.study import study_status
+from wdrbo_dist.plan import study_status
 
 
 def spec(seed: int, problem: str = "newsvendor") -> RunSpec:

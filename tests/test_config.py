@@ -122,7 +122,7 @@ BAD = [
 
 
 def test_run_timeout_s_reaches_every_task() -> None:
-    from wdrbo_dist.study import make_tasks
+    from wdrbo_dist.plan import make_tasks
 
     assert parse_study_config(with_()).run_timeout_s is None
     study = parse_study_config(with_(run_timeout_s=90))

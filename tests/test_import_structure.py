@@ -26,8 +26,8 @@ LAYERS: list[set[str]] = [
     {"run", "mlflow_views", "compacted"},
     {"run_files"},  # a run as the store writes it
     {"study_spec", "store"},
-    {"tracking", "backends", "submit", "output_folder"},
-    {"config"},
+    {"tracking", "backends", "submit", "output_folder", "store_writer"},
+    {"config", "plan"},  # plan: what a study runs now, and what the store holds of it
     {"study", "analysis"},
     {"cli", "compile_kernels"},  # the two commands
 ]

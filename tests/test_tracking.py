@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import pickle
 import socket
+import time
 from pathlib import Path
+
+import pandas as pd
 
 import pytest
 import yaml
@@ -17,7 +20,7 @@ from wdrbo_dist.run import RunSpec
 from wdrbo_dist.store import ResultStore
 from wdrbo_dist.tracking.child_runs import STEP_METRICS, log_child_run
 from wdrbo_dist.tracking.connection import TrackingError, check_tracking_uri
-from wdrbo_dist.tracking import sqlite_batch
+from wdrbo_dist.tracking import child_runs, sqlite_batch
 from wdrbo_dist.tracking.sqlite_batch import SqliteRows
 from wdrbo_dist.tracking.study_tracker import LEDGER, StudyTracker
 
@@ -100,6 +103,47 @@ def test_a_batch_written_run_reads_back_as_the_client_logs_one(tracked) -> None:
     index = tracker.child_runs()
     assert sorted(index[result.spec.run_key]) == sorted([(by_batch.info.run_id, "FINISHED"),
                                                          (by_client.info.run_id, "RUNNING")])
+
+
+def test_a_logged_child_run_has_its_records_artifact_without_a_lookup_of_the_run(tracked, monkeypatch) -> None:
+    # Against a server each request is the server's time: the artifact goes to the location
+    # create_run returned, not to one a get_run asks for.
+    tracker, _, _, client = tracked
+    result = finished(spec(seed=4))
+
+    def no_lookup(*args, **kwargs):
+        raise AssertionError("get_run while logging a child run")
+
+    monkeypatch.setattr(MlflowClient, "get_run", no_lookup)
+    run_id = log_child_run(client, tracker.experiment_id, tracker.parent_run_id, result)
+    monkeypatch.undo()
+    local = client.download_artifacts(run_id, "records.parquet")
+    assert pd.read_parquet(local)["regret"].tolist() == result.records["regret"].tolist()
+
+
+def test_a_worker_probes_the_server_only_when_its_last_log_is_not_recent(monkeypatch) -> None:
+    # A probe is a request per run at 10^5 runs; a worker that logged a moment ago trusts the
+    # server, and one whose last log failed (or is old) asks again.
+    probes, logs = [], []
+    monkeypatch.setattr(child_runs, "server_answers", lambda uri: probes.append(uri) or True)
+    monkeypatch.setattr(child_runs, "mlflow_client", lambda uri: None)
+    monkeypatch.setattr(child_runs, "log_child_run", lambda *args: logs.append(args) or f"id{len(logs)}")
+    monkeypatch.setattr(child_runs, "_logged_at", {})
+    hook = child_runs.WorkerTracking("http://127.0.0.1:1", "1", "parent")
+    assert [hook(finished(spec(seed=s))) for s in (1, 2, 3)] == ["id1", "id2", "id3"]
+    assert len(probes) == 1
+    monkeypatch.setattr(child_runs, "log_child_run", lambda *args: (_ for _ in ()).throw(ConnectionError("gone")))
+    with pytest.raises(ConnectionError):
+        hook(finished(spec(seed=4)))  # trusted, so not probed: it fails, and the next one probes
+    assert len(probes) == 1
+    monkeypatch.setattr(child_runs, "server_answers", lambda uri: probes.append(uri) and False)
+    with pytest.raises(TrackingError, match="does not answer"):
+        hook(finished(spec(seed=5)))
+    assert len(probes) == 2
+    monkeypatch.setattr(child_runs, "_logged_at", {hook.uri: time.monotonic() - child_runs.TRUST_S - 1})
+    with pytest.raises(TrackingError):
+        hook(finished(spec(seed=6)))  # logged, but not a moment ago
+    assert len(probes) == 3
 
 
 def test_rows_a_worker_builds_make_the_same_child_run_as_the_driver_would(tracked) -> None:

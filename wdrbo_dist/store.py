@@ -253,10 +253,6 @@ class ResultStore:
                 pass
         return removed
 
-    @property
-    def saved_since_compaction(self) -> int:
-        return len(self._saved)
-
     def failed_keys(self) -> set[str]:
         """Run keys whose latest attempt failed (and that have not finished since)."""
         failed = {key for key in _stems(self.failed_dir) if self._failed_damage(key) is None}

@@ -23,9 +23,11 @@ from wdrbo_dist.output_folder import (
     EXIT_IO_ERROR, OutputWriteError, check_folder, check_same_study, keep_elsewhere, other_versions_line, reason,
     write_study_file, writing,
 )
-from wdrbo_dist.run import RunResult, RunSpec, resolved_options, run_one
+from wdrbo_dist.plan import Plan, make_tasks, plan_study
+from wdrbo_dist.run import RunResult, RunSpec, run_one
 from wdrbo_dist.run_files import encoded_run
 from wdrbo_dist.store import ResultStore
+from wdrbo_dist.store_writer import NotAttempted, Saved, StoreWriter
 from wdrbo_dist.study_spec import StudySpec
 from wdrbo_dist.tracking.connection import TrackingError, check_tracking_uri, one_line
 from wdrbo_dist.tracking.study_tracker import StudyTracker
@@ -76,87 +78,6 @@ class _NoGuard:
 
     def deferred(self) -> AbstractContextManager[None]:
         return nullcontext()
-
-
-def relative_cost(spec: RunSpec) -> float:
-    """Expected run time relative to ERBO, from the algorithm registry (1 if unknown)."""
-    try:
-        from wdrbo_dist.algorithms import ALGORITHMS
-
-        return float(ALGORITHMS[spec.algorithm].cost_estimate(resolved_options(spec)))
-    except Exception:  # noqa: BLE001 - a guess is fine for scheduling
-        return 1.0
-
-
-def expected_cost(spec: RunSpec) -> float:
-    """A relative estimate of a run's time: BO steps times the algorithm's relative cost."""
-    return relative_cost(spec) * max(1, spec.evaluations - spec.init_size)
-
-
-@dataclass
-class Plan:
-    """Which runs of a study to start now, and which are already settled."""
-
-    runs: list[RunSpec]
-    todo: list[RunSpec]
-    finished: list[RunSpec]  # skipped: already finished
-    failed: list[RunSpec]  # skipped: failed before (re-run with --rerun-failed)
-
-
-def plan_study(study: StudySpec, store: ResultStore, force: bool = False, rerun_failed: bool = False) -> Plan:
-    runs = study.runs
-    finished_keys = store.finished_keys()
-    failed_keys = store.failed_keys()
-    finished = [] if force else [r for r in runs if r.run_key in finished_keys]
-    failed = [] if force or rerun_failed else [r for r in runs if r.run_key in failed_keys]
-    settled = {r.run_key for r in finished + failed}
-    todo = [r for r in runs if r.run_key not in settled]
-    return Plan(runs=runs, todo=todo, finished=finished, failed=failed)
-
-
-@dataclass
-class StudyStatus:
-    """Per (problem, algorithm): (done, failed, missing) over the seeds; damaged runs (counted
-    missing, one line each) as the store names them."""
-
-    cells: dict[tuple[str, str], tuple[int, int, int]]
-    damaged: list[str]
-    notes: list[str] = field(default_factory=list)  # another study's folder, another version's runs
-
-    @property
-    def totals(self) -> tuple[int, int, int]:
-        return tuple(sum(cell[i] for cell in self.cells.values()) for i in range(3))  # type: ignore[return-value]
-
-
-def study_status(study: StudySpec) -> StudyStatus:
-    """What the store holds of `study`, without changing anything."""
-    store = ResultStore(study.output_dir)
-    finished, failed = store.finished_keys(), store.failed_keys()
-    cells: dict[tuple[str, str], list[int]] = {}
-    for spec in study.runs:
-        cell = cells.setdefault((spec.problem, spec.algorithm_label), [0, 0, 0])
-        cell[0 if spec.run_key in finished else 1 if spec.run_key in failed else 2] += 1
-    labels = {spec.run_key: spec.label for spec in study.runs}
-    damaged = [damage.line(store.root, labels.get(damage.run_key, "")) for damage in store.damaged(labels)]
-    try:
-        check_same_study(study)
-        notes = []
-    except ValueError as exc:
-        notes = [f"note: {exc}"]
-    notes.append(other_versions_line(store))
-    return StudyStatus({key: (d, f, m) for key, (d, f, m) in cells.items()}, damaged, notes)
-
-
-def make_tasks(study: StudySpec, specs: Sequence[RunSpec]) -> list[Task]:
-    """Tasks in start order: the longest expected first (ties keep the study's order)."""
-    tasks = []
-    for spec in specs:
-        resources = study.resources(spec.algorithm_label)
-        tasks.append(Task(
-            spec=spec, threads=resources.threads, num_cpus=resources.num_cpus, num_gpus=resources.num_gpus,
-            expected_cost=expected_cost(spec), timeout_s=study.run_timeout_s,
-        ))
-    return sorted(tasks, key=lambda t: -t.expected_cost)
 
 
 @dataclass
@@ -301,17 +222,38 @@ def _run_locked(
     mapped = functools.partial(encoded_run, run)  # the records leave the worker as the store's bytes
     outcomes: Iterator[Outcome] = (map_tasks(tasks, backend, workers, address, run=mapped, hook=hook)
                                    if tasks else iter(()))
+    writer: StoreWriter[Outcome] = StoreWriter(store)  # saves while the loop receives the next
+    due = 0  # finished runs handed to the writer since the last compaction
     try:
         with ctrl_c.taken():
-            for outcome in outcomes:
-                with ctrl_c.deferred():
-                    report.retried = report.retried or outcome.attempts > 1
-                    _settle(outcome, store, tracker, report)
-                    if store.saved_since_compaction >= COMPACT_EVERY:
-                        with writing("the compacted runs", store.root):
-                            store.compact()
-                    if bar is not None:
-                        bar.update(outcome)
+            try:
+                for outcome in outcomes:
+                    with ctrl_c.deferred():
+                        report.retried = report.retried or outcome.attempts > 1
+                        if outcome.lost:
+                            report.lost.append(outcome)
+                        else:
+                            writer.submit(outcome, outcome.result)
+                            due += outcome.result.ok
+                        _track_saved(writer.saved(), store, tracker, report)
+                        if due >= COMPACT_EVERY:
+                            _track_saved(writer.drain(), store, tracker, report)
+                            with writing("the compacted runs", store.root):
+                                store.compact()
+                            due = 0
+                        if bar is not None:
+                            bar.update(outcome)
+            finally:
+                close = getattr(outcomes, "close", None)
+                if close is not None:
+                    close()  # cancels what is still running
+                if bar is not None:
+                    bar.close()
+                with ctrl_c.deferred():  # every result received is stored (or kept elsewhere), then tracked
+                    try:
+                        _track_saved(writer.close(), store, None if ctrl_c.cut_short else tracker, report)
+                    except OutputWriteError as exc:
+                        report.write_error = str(exc)
     except KeyboardInterrupt:
         report.interrupted = True
     except ClusterGone as exc:
@@ -319,11 +261,7 @@ def _run_locked(
     except OutputWriteError as exc:
         report.write_error = str(exc)
     finally:
-        close = getattr(outcomes, "close", None)
-        if close is not None:
-            close()  # cancels what is still running
-        if bar is not None:
-            bar.close()
+        writer.close()  # the saves a second Ctrl-C stopped waiting for: done before the folder is compacted
     try:
         if len(store.loose_keys()) >= COMPACT_EVERY:  # also what a crashed driver left loose
             store.compact()
@@ -361,29 +299,45 @@ def _run_locked(
 
 
 def _settle(outcome: Outcome, store: ResultStore, tracker: StudyTracker | None, report: StudyReport) -> None:
-    """Store first (durable), then tell the tracker; a tracker failure never loses a result.
+    """The loop's steps for one outcome, in this thread: store (durable), then track.
 
     A lost outcome is not stored: its result is a placeholder, and the run is still to do.
     """
     if outcome.lost:
         report.lost.append(outcome)
         return
-    result = outcome.result
     try:
-        store.save(result)
-    except OSError as exc:  # a full disk: keep the finished run elsewhere, stop the study
-        if _keep_unsaved(result, store, report):
-            report.finished.append(result)
-        raise OutputWriteError(f"cannot write {store.root} ({reason(exc)})") from None
-    # The report keeps what a summary needs, not the records (the store has them): a 10^5-run
-    # study's driver would otherwise hold every run's records until it ends.
-    (report.finished if result.ok else report.failed).append(replace(result, records=None, records_parquet=None))
-    if tracker is None:
-        return
-    if outcome.hook_error and not tracker.unreachable:
-        report.tracking_warnings.append(f"{result.spec.label}: worker could not log to mlflow; the driver did")
-    records_file = store.records_path(result.spec.run_key) if result.ok else None
-    report.tracking_warnings += tracker.deliver(result, outcome.hook_value, records_file)
+        store.save(outcome.result)
+        error = None
+    except OSError as exc:
+        error = exc
+    _track_saved([Saved(outcome, outcome.result, error)], store, tracker, report)
+
+
+def _track_saved(saves: Sequence[Saved[Outcome]], store: ResultStore, tracker: StudyTracker | None,
+                 report: StudyReport) -> None:
+    """Count and track each save, in order; a tracker failure never loses a result. A save the
+    disk refused keeps its finished run elsewhere and raises `OutputWriteError` (the ones after
+    it were not attempted: they run again)."""
+    for save in saves:
+        result = save.result
+        if isinstance(save.error, NotAttempted):
+            continue
+        if isinstance(save.error, OSError):  # a full disk: keep the finished run elsewhere, stop the study
+            if _keep_unsaved(result, store, report):
+                report.finished.append(result)
+            raise OutputWriteError(f"cannot write {store.root} ({reason(save.error)})") from None
+        if save.error is not None:
+            raise save.error
+        # The report keeps what a summary needs, not the records (the store has them): a 10^5-run
+        # study's driver would otherwise hold every run's records until it ends.
+        (report.finished if result.ok else report.failed).append(replace(result, records=None, records_parquet=None))
+        if tracker is None:
+            continue
+        if save.item.hook_error and not tracker.unreachable:
+            report.tracking_warnings.append(f"{result.spec.label}: worker could not log to mlflow; the driver did")
+        records_file = store.records_path(result.spec.run_key) if result.ok else None
+        report.tracking_warnings += tracker.deliver(result, save.item.hook_value, records_file)
 
 
 def _keep_unsaved(result: RunResult, store: ResultStore, report: StudyReport) -> bool:

@@ -236,7 +236,7 @@ def test_acquisition_counts_programs_and_most_candidates_need_one() -> None:
 
 def test_scheduling_cost_follows_the_solver_the_options_choose() -> None:
     from wdrbo_dist.run import RunSpec
-    from wdrbo_dist.study import expected_cost
+    from wdrbo_dist.plan import expected_cost
 
     def cost(fidelity: str, **options: object) -> float:
         return expected_cost(RunSpec.make(algorithm="drbo-mmd", problem="ackley", seed=1, fidelity=fidelity, options=options))

@@ -21,7 +21,8 @@ from wdrbo_dist.records import deterministic_part
 from wdrbo_dist.config import parse_study_config
 from wdrbo_dist.problems import PROBLEMS
 from wdrbo_dist.store import ResultStore
-from wdrbo_dist.study import make_tasks, run_captured, run_study
+from wdrbo_dist.plan import make_tasks
+from wdrbo_dist.study import run_captured, run_study
 
 CLI = str(Path(sys.executable).with_name("wdrbo-dist"))
 FAST = {"raw_samples": 32, "num_restarts": 2}

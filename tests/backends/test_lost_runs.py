@@ -15,7 +15,8 @@ from wdrbo_dist.backends import local, map_tasks, ray_backend
 from wdrbo_dist.cli.study import report_lines
 from wdrbo_dist.config import parse_study_config
 from wdrbo_dist.store import ResultStore
-from wdrbo_dist.study import EXIT_UNAVAILABLE, make_tasks, run_captured, run_study
+from wdrbo_dist.plan import make_tasks
+from wdrbo_dist.study import EXIT_UNAVAILABLE, run_captured, run_study
 from wdrbo_dist.tracking.study_tracker import StudyTracker
 
 from test_backends import CLI, FAST, _pool_children, tiny_study

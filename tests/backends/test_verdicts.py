@@ -15,7 +15,7 @@ import pytest
 
 from wdrbo_dist.backends import local, map_tasks, ray_backend
 from wdrbo_dist.config import parse_study_config
-from wdrbo_dist.study import make_tasks
+from wdrbo_dist.plan import make_tasks
 
 from test_backends import FAST, tiny_study
 

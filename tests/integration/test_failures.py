@@ -144,7 +144,8 @@ def test_a_tracking_server_that_stops_mid_study_costs_no_run_and_catches_up_at_t
 def test_results_a_stopped_server_missed_are_logged_when_it_answers_again(tmp_path, monkeypatch):
     from wdrbo_dist import study as study_module
     from wdrbo_dist.backends.task import Task, execute
-    from wdrbo_dist.study import StudyReport, plan_study, run_captured
+    from wdrbo_dist.plan import plan_study
+    from wdrbo_dist.study import StudyReport, run_captured
     from wdrbo_dist.tracking import connection
     from wdrbo_dist.tracking.study_tracker import StudyTracker
 

@@ -149,7 +149,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def status_matrix(study) -> list[str]:
     """Rows problem x columns algorithm, each cell `done/failed/missing` over the seeds; then
     one line per damaged run (counted missing: `run` sets its files aside and runs it again)."""
-    from wdrbo_dist.study import study_status
+    from wdrbo_dist.plan import study_status
 
     status = study_status(study)
     width = max(len(p) for p in study.problems) + 2
