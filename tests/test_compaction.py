@@ -74,6 +74,24 @@ def test_rounds_add_up_and_a_run_saved_again_is_found_once(tmp_path: Path) -> No
     assert len(list((store.root / "compacted" / "index").glob("round-*.parquet"))) == 2
 
 
+def test_a_round_extends_the_index_in_memory_as_a_fresh_reader_reads_it(tmp_path: Path, monkeypatch) -> None:
+    # At 10^5 runs a study compacts 100 times: a round reading every earlier round's index again
+    # was 5,050 reads. The driver's index after a round is the one a new reader builds.
+    store, _ = stored(tmp_path, range(1, 3))
+    store.compact()
+    store.compacted.index()  # read once
+    reads = []
+    monkeypatch.setattr(pd, "read_parquet", lambda *a, **k: reads.append(a) or pytest.fail("an index read again"))
+    for seed in (11, 12, 13):
+        store.save(finished(spec(seed=seed)))
+        assert store.compact() == 1
+    monkeypatch.undo()
+    assert reads == []
+    ours, fresh = store.compacted.index(), CompactedRuns(store.root).index()
+    assert sorted(ours["run_key"].tolist()) == sorted(fresh["run_key"].tolist()) and len(fresh) == 7
+    pd.testing.assert_frame_equal(ours.sort_index().astype(str), fresh.sort_index().astype(str), check_index_type=False)
+
+
 def test_a_crash_before_the_rounds_index_leaves_loose_runs_and_files_the_next_round_replaces(tmp_path: Path) -> None:
     store, results = stored(tmp_path, range(1, 4))
     compacted = CompactedRuns(store.root)

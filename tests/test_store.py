@@ -74,6 +74,12 @@ def test_a_failure_is_kept_apart_and_cleared_when_the_run_later_finishes(tmp_pat
     # A later failure of the same key keeps the finished result (equal keys, equal records).
     store.save(failed(s))
     assert store.finished_keys() == {s.run_key} and store.failed_keys() == set()
+    # A marker an earlier command left is cleared by the next command's store as well.
+    t = spec(seed=3)
+    ResultStore(tmp_path).save(failed(t))
+    later = ResultStore(tmp_path)
+    later.save(finished(t))
+    assert not later.failed_path(t.run_key).exists() and later.failed_keys() == set()
 
 
 def test_a_result_encoded_where_it_ran_is_stored_as_the_same_records_and_summary(tmp_path: Path) -> None:

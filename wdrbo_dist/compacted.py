@@ -86,7 +86,7 @@ class CompactedRuns:
                     self.damaged.append((path, f"not a readable parquet file ({type(exc).__name__})"))
             frame = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=INDEX_COLUMNS)
             frame = frame.drop_duplicates("run_key", keep="last")
-            whole = {f for f in set(frame["file"]) if self._readable(f)}
+            whole = {f for f in set(frame["file"].tolist()) if self._readable(f)}
             self._index = frame[frame["file"].isin(whole)].set_index("run_key", drop=False)
             self._rounds = names
         return self._index
@@ -103,7 +103,7 @@ class CompactedRuns:
         return True
 
     def keys(self) -> set[str]:
-        return set(self.index().index)
+        return set(self.index()["run_key"].tolist())  # a list first: Arrow strings iterate slowly
 
     def meta(self, run_key: str) -> dict[str, Any] | None:
         index = self.index()
@@ -134,7 +134,7 @@ class CompactedRuns:
 
     def parts(self) -> set[str]:
         """The record files the index names (relative to `compacted/`)."""
-        return set(self.index()["file"])
+        return set(self.index()["file"].tolist())
 
     # --- writing (the driver, under the folder's lock) -------------------------------------------
     def add_round(self, runs: Sequence[tuple[dict[str, Any], pd.DataFrame]]) -> list[str]:
@@ -143,7 +143,8 @@ class CompactedRuns:
         The records of a problem's runs go to one file, then the round's index (the commit)."""
         if not runs:
             return []
-        number = max((int(_ROUND.search(p.name).group(1)) for p in self._round_files()), default=0) + 1  # type: ignore[union-attr]
+        before = self._round_files()
+        number = max((int(_ROUND.search(p.name).group(1)) for p in before), default=0) + 1  # type: ignore[union-attr]
         name = f"round-{number}.parquet"
         by_problem: dict[str, list[tuple[dict[str, Any], pd.DataFrame]]] = {}
         for meta, records in runs:
@@ -160,8 +161,16 @@ class CompactedRuns:
                     "wall_time_s": float(meta.get("wall_time_s") or 0.0),
                     "meta": json.dumps({**meta, "columns": list(records.columns)}),
                 })
-        write_parquet_atomic(pd.DataFrame(rows, columns=INDEX_COLUMNS), self.index_dir / name)
-        self._index = None
+        added = pd.DataFrame(rows, columns=INDEX_COLUMNS)
+        write_parquet_atomic(added, self.index_dir / name)
+        if self._index is not None and self._rounds == tuple(p.name for p in before):
+            # The index as read, plus this round (its files were just written whole): a round
+            # need not read every earlier round again (10^5 runs: 100 rounds, 5,050 reads).
+            frame = pd.concat([self._index, added.set_index("run_key", drop=False)])
+            self._index = frame[~frame.index.duplicated(keep="last")]
+            self._rounds = (*self._rounds, name)
+        else:
+            self._index = None
         return [row["run_key"] for row in rows]
 
     def remove_orphans(self) -> int:

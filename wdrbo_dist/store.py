@@ -151,6 +151,7 @@ class ResultStore:
         self.compacted = CompactedRuns(self.root)
         # (meta, records) of the runs saved since the last compaction: what `compact` need not read back
         self._saved: dict[str, tuple[dict[str, Any], pd.DataFrame]] = {}
+        self._markers: set[str] | None = None  # `_failure_markers`
 
     # --- paths ---------------------------------------------------------------------------------
     def records_path(self, run_key: str) -> Path:
@@ -180,14 +181,24 @@ class ResultStore:
             data = result.records_parquet if result.records_parquet is not None else parquet_bytes(result.records)
             write_bytes_atomic(data, self.records_path(key), sync_dir=False)
             write_json_atomic(meta, self.meta_path(key))  # flushes runs/: both renames
-            self.failed_path(key).unlink(missing_ok=True)
+            if key in self._failure_markers():
+                self.failed_path(key).unlink(missing_ok=True)
+                self._markers.discard(key)  # type: ignore[union-attr]
             self._saved[key] = (meta, result.records)
             # Whole as written (checked again once either file changes): a compaction need not read them back.
             self._whole[key] = (_signature(self.meta_path(key)), _signature(self.records_path(key)))
             self._versions[key] = __version__
             return self.meta_path(key)
         write_json_atomic(meta, self.failed_path(key))
+        self._failure_markers().add(key)
         return self.failed_path(key)
+
+    def _failure_markers(self) -> set[str]:
+        """The run keys with a failure marker, listed once (then kept by `save`, the folder's one
+        writer): a finished run's save need not try to delete a marker that is not there."""
+        if self._markers is None:
+            self._markers = {p.stem for p in self.failed_dir.glob("*.json")} if self.failed_dir.is_dir() else set()
+        return self._markers
 
     # --- queries -------------------------------------------------------------------------------
     def loose_keys(self) -> set[str]:
