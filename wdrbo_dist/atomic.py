@@ -69,12 +69,19 @@ def write_atomic(path: str | os.PathLike[str], write: Callable[[str], None], syn
         fsync_dir(target.parent)
 
 
-def write_bytes_atomic(data: bytes, path: str | os.PathLike[str], sync_dir: bool = True) -> None:
+def write_bytes_atomic(data: bytes, path: str | os.PathLike[str], sync_dir: bool = True,
+                       reuse: Path | None = None) -> None:
     """Write `data` to `path`, atomically: the store's hot path, so one open of a temporary
     named by this process (only one process writes a folder: the driver holding its lock), whose
-    mode the kernel sets from the umask."""
+    mode the kernel sets from the umask. `reuse`, a file of the same file system nobody needs,
+    becomes the temporary (renamed, emptied): no file is created, and none is left to delete."""
     target = Path(path)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    if reuse is not None:
+        try:
+            os.replace(reuse, tmp)
+        except OSError:  # gone: a new file, as without
+            pass
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
     except FileNotFoundError:
@@ -113,8 +120,9 @@ def write_parquet_atomic(frame: pd.DataFrame, path: str | os.PathLike[str], sync
     write_bytes_atomic(parquet_bytes(frame), path, sync_dir)
 
 
-def write_json_atomic(payload: dict, path: str | os.PathLike[str], sync_dir: bool = True) -> None:
+def write_json_atomic(payload: dict, path: str | os.PathLike[str], sync_dir: bool = True,
+                      reuse: Path | None = None) -> None:
     """Write `payload` as JSON to `path`, atomically (one line: json's C encoder, which an indent
     would turn off: a run's meta is written per run, on the driver's hot path)."""
     text = json.dumps(payload, sort_keys=True, default=str)
-    write_bytes_atomic(text.encode(), path, sync_dir)
+    write_bytes_atomic(text.encode(), path, sync_dir, reuse)
