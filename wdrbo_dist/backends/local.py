@@ -21,8 +21,10 @@ import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from queue import Empty, SimpleQueue
+from typing import Any
 
 from wdrbo_dist.backends.task import (
     RESUBMIT_DELAYS_S, Hook, Outcome, Resubmissions, RunFunction, Task, execute, failed_outcome, lost_outcome,
@@ -30,9 +32,11 @@ from wdrbo_dist.backends.task import (
 )
 
 MEMORY_KILLS = 2  # a run whose process the kernel killed for memory this often is FAILED
-# Tasks handed to the pool per process: the next one waits in the pool while the driver stores
-# the last result, so a process never idles on the driver (which, at 10^5 short runs, it would).
-TASKS_PER_WORKER = 2
+# Tasks handed to the pool per process. They wait in the pool (the driver's memory: the pool's
+# own thread hands each to the next free process), so a process never idles on the driver: not
+# while it stores a result, nor while it compacts the store or writes an MLflow batch (half a
+# second at 10^5 short runs, which two tasks a process left the processes idle for).
+TASKS_PER_WORKER = 256
 
 
 def _execute_here(payload: bytes, marks: str, run_key: str) -> Outcome | str:
@@ -142,12 +146,31 @@ def _map_local(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook
         yield from _map_pool(tasks, workers, run, hook, marks)
 
 
+def _finished_now(finished: SimpleQueue[Future], running: dict[Future, Any]) -> list[Future]:
+    """The futures of `running` that have finished: at least one (waits for it), in order.
+    A future of a pool given up (broken) may still report: it is no longer running."""
+    done: list[Future] = []
+    while not done:
+        done = [f for f in [finished.get(), *_all_now(finished)] if f in running]
+    return done
+
+
+def _all_now(finished: SimpleQueue[Future]) -> list[Future]:
+    out = []
+    while True:
+        try:
+            out.append(finished.get_nowait())
+        except Empty:
+            return out
+
+
 def _map_pool(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook | None,
               marks: str) -> Iterator[Outcome]:
     queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
     waiting = Resubmissions(RESUBMIT_DELAYS_S)
     pool = _new_pool(workers)
     running: dict[Future, tuple[Task, int, float]] = {}
+    finished: SimpleQueue[Future] = SimpleQueue()  # futures as they finish
     memory_kills: dict[str, int] = {}
     oom_before = _memory_kills_so_far()
     completed = False
@@ -159,10 +182,11 @@ def _map_pool(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook 
                 payload = pickle.dumps((task, run, hook))
                 future = pool.submit(_execute_here, payload, marks, task.spec.run_key)
                 running[future] = (task, attempt, time.monotonic())
+                future.add_done_callback(finished.put)  # `wait` would go over all that run, each time
             if not running:
                 time.sleep(waiting.seconds_to_next())
                 continue
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            done = _finished_now(finished, running)
             broken: list[tuple[Task, int, float]] = []
             for future in done:
                 task, attempt, submitted = running.pop(future)
