@@ -110,6 +110,30 @@ def _kill_a_busy_pool_process(killed: list[str]) -> threading.Thread:
     return thread
 
 
+def _short_run(spec):
+    """A run of 5 ms that says when it started (picklable: the pool's processes import it)."""
+    from wdrbo_dist.run import RunResult
+
+    started = time.time()
+    time.sleep(0.005)
+    return RunResult(spec=spec, status="FINISHED", records=pd.DataFrame({"step": [0]}), started_at=started)
+
+
+def test_pool_processes_keep_running_while_the_driver_is_busy_elsewhere(tmp_path: Path) -> None:
+    # The driver pauses now and then (a compaction, an MLflow batch: half a second at 10^5 short
+    # runs); the tasks waiting in the pool keep its processes busy meanwhile.
+    study = parse_study_config(tiny_study(tmp_path, seeds=list(range(40))))  # 160 runs
+    outcomes = map_tasks(make_tasks(study, study.runs), "local", workers=2, run=_short_run)
+    first = next(outcomes)
+    paused_at = time.time()
+    time.sleep(1.0)
+    resumed_at = time.time()
+    rest = list(outcomes)
+    assert all(o.result.ok for o in [first, *rest]) and len(rest) == len(study.runs) - 1
+    during = [o for o in rest if paused_at <= o.result.started_at <= resumed_at]
+    assert len(during) >= 40, f"{len(during)} runs started while the driver was busy"
+
+
 def test_a_killed_pool_process_is_retried_in_a_new_pool(tmp_path: Path) -> None:
     study = parse_study_config(tiny_study(tmp_path, evaluations=9, seeds=[1, 2]))
     tasks = make_tasks(study, study.runs)
