@@ -149,19 +149,16 @@ def _map_local(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook
 def _finished_now(finished: SimpleQueue[Future], running: dict[Future, Any]) -> list[Future]:
     """The futures of `running` that have finished: at least one (waits for it), in order.
     A future of a pool given up (broken) may still report: it is no longer running."""
-    done: list[Future] = []
-    while not done:
-        done = [f for f in [finished.get(), *_all_now(finished)] if f in running]
-    return done
-
-
-def _all_now(finished: SimpleQueue[Future]) -> list[Future]:
-    out = []
     while True:
-        try:
-            out.append(finished.get_nowait())
-        except Empty:
-            return out
+        reported = [finished.get()]
+        while True:
+            try:
+                reported.append(finished.get_nowait())
+            except Empty:
+                break
+        done = [f for f in reported if f in running]
+        if done:
+            return done
 
 
 def _map_pool(tasks: Sequence[Task], workers: int, run: RunFunction, hook: Hook | None,
