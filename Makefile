@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	# torch is named in the same pip command as the rest, or pip resolves a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet "torch==2.13.0" -e ".[test]"
 	# numba's kernels, compiled once here (~30 s on 2 cores) rather than in the first run or test.
-	$(BIN)/python -m wdrbo_dist.compile_kernels
+	$(BIN)/python -m wdrbo_dist.cli.compile_kernels
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -170,8 +170,8 @@ def run_study(config: Path, cluster, server, faults: bool, args, log: Path):
 def count(config: Path, uri: str) -> dict[str, int]:
     from mlflow.tracking import MlflowClient
 
-    from wdrbo_dist.config import load_study_config
-    from wdrbo_dist.store import ResultStore
+    from wdrbo_dist.study.config import load_study_config
+    from wdrbo_dist.storage.store import ResultStore
 
     study = load_study_config(config)
     keys = {r.run_key for r in study.runs}

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from wdrbo_dist.threads import default_thread_environment
+from wdrbo_dist.execution.threads import default_thread_environment
 
 default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus=1
 
@@ -41,9 +41,10 @@ import numpy as np  # noqa: E402
 
 from profile_run import add_run_arguments, checked_specs  # noqa: E402
 from study_estimate import ROOT, makespan  # noqa: E402
-from wdrbo_dist.config import ConfigError, load_study_config  # noqa: E402
+from wdrbo_dist.study.config import ConfigError, load_study_config  # noqa: E402
 from wdrbo_dist.models import compiled_pairs, compiled_ucb, gp  # noqa: E402
-from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
+from wdrbo_dist.run.spec import RunSpec  # noqa: E402
+from wdrbo_dist.run.loop import run_one  # noqa: E402
 
 
 def forms_work(b: int, n: int, r: int, identity: bool) -> int:

@@ -17,7 +17,7 @@ seeds the smallest possible p is 0.031. Process settings that must give the same
 
 Beside the run options, two settings of the process that runs (each run then gets a fresh
 process, with a short warm-up run before the timed one; the runner's setting is the default):
-    allocator=kept|default         glibc's thresholds raised (wdrbo_dist/allocator.py) or not
+    allocator=kept|default         glibc's thresholds raised (wdrbo_dist/execution/allocator.py) or not
     adam_gradient=direct|autograd  Adam takes the closed-form x-gradient or autograd's
 
     .venv/bin/python benchmarks/paired.py --preset mmd-solver                  # DRBO-MMD's conic solvers
@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from wdrbo_dist.threads import default_thread_environment
+from wdrbo_dist.execution.threads import default_thread_environment
 
 default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch is imported
 
@@ -49,8 +49,8 @@ import pandas as pd  # noqa: E402
 from wdrbo_dist.analysis.statistics import mean_se, paired_wilcoxon, significant_digits_format  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.cli.usage import UsageError  # noqa: E402
-from wdrbo_dist.records import deterministic_part  # noqa: E402
-from wdrbo_dist.run import RunSpec, validate_spec  # noqa: E402
+from wdrbo_dist.run.records import deterministic_part  # noqa: E402
+from wdrbo_dist.run.spec import RunSpec, validate_spec  # noqa: E402
 
 # Settings of the process, not of the run: {key: (the runner's value, the other)}.
 PROCESS_SETTINGS = {"allocator": ("kept", "default"), "adam_gradient": ("direct", "autograd")}
@@ -84,7 +84,7 @@ PRESETS: dict[str, Preset] = {
         ALL_ALGORITHMS, ["ackley"], 3, ["autograd:adam_gradient=autograd", "direct:adam_gradient=direct"],
         expect_identical=True),
     "allocator": Preset(
-        "glibc's default malloc thresholds or the kept memory of wdrbo_dist/allocator.py: the same bits, "
+        "glibc's default malloc thresholds or the kept memory of wdrbo_dist/execution/allocator.py: the same bits, "
         "at what speed (page faults beside)?",
         ["erbo", "wdrbo", "stableopt", "drbo-mmd-minimax"], ["ackley", "portfolio-uniform"], 2,
         ["default:allocator=default", "kept:allocator=kept"], expect_identical=True),
@@ -164,19 +164,20 @@ def mean_and_se(values: list[float]) -> str:
 # kernels' first calls out of the timed one.
 CHILD = """
 import json, resource, sys, time
-from wdrbo_dist.threads import default_thread_environment
+from wdrbo_dist.execution.threads import default_thread_environment
 default_thread_environment(1)
 job = json.loads(sys.argv[1])
 if job["allocator"] == "kept":
-    from wdrbo_dist.allocator import keep_freed_memory
+    from wdrbo_dist.execution.allocator import keep_freed_memory
     keep_freed_memory()
 import torch
 torch.set_num_threads(1)
 from wdrbo_dist.acquisition import optimize
 import hashlib
 import pandas as pd
-from wdrbo_dist.records import deterministic_part
-from wdrbo_dist.run import RunSpec, run_one
+from wdrbo_dist.run.records import deterministic_part
+from wdrbo_dist.run.spec import RunSpec
+from wdrbo_dist.run.loop import run_one
 if job["adam_gradient"] == "autograd":  # a plain function has no closed-form gradient to offer Adam
     adam_ascent = optimize.adam_ascent
     optimize.adam_ascent = lambda acquisition, *args: adam_ascent(lambda x: acquisition(x), *args)
@@ -208,10 +209,10 @@ Key = tuple[str, str, str, int]  # (algorithm, problem, variant, seed)
 def run_all(jobs: list[tuple[Key, RunSpec, Variant]], workers: int) -> dict[Key, Outcome]:
     """Every job, longest first (the runner's policy), on `workers` local processes: the runner's
     own local backend, or with a process setting a fresh process per run."""
-    from wdrbo_dist.backends import map_tasks
-    from wdrbo_dist.backends.task import Task
-    from wdrbo_dist.plan import expected_cost
-    from wdrbo_dist.study import run_captured
+    from wdrbo_dist.execution.backends import map_tasks
+    from wdrbo_dist.execution.task import Task
+    from wdrbo_dist.driver.plan import expected_cost
+    from wdrbo_dist.driver.study import run_captured
 
     jobs = sorted(jobs, key=lambda job: -expected_cost(job[1]))
     outcomes: dict[Key, Outcome] = {}
@@ -310,7 +311,7 @@ def compare(
 
 
 def main() -> None:
-    from wdrbo_dist.algorithms import ALGORITHMS
+    from wdrbo_dist.acquisition.registry import ALGORITHMS
     from wdrbo_dist.problems import problem_names
 
     presets = "\n".join(f"  {name}: {p.about}\n      {' '.join('--variant ' + v for v in p.variants)}"

@@ -28,23 +28,24 @@ from collections import defaultdict
 from dataclasses import replace
 from collections.abc import Callable
 
-from wdrbo_dist.threads import default_thread_environment
+from wdrbo_dist.execution.threads import default_thread_environment
 
 default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus=1
 
 import torch  # noqa: E402
 
-from wdrbo_dist.allocator import keep_freed_memory  # noqa: E402
+from wdrbo_dist.execution.allocator import keep_freed_memory  # noqa: E402
 
 keep_freed_memory()  # as every worker does (backends/task.py, `execute`)
 
 from paired import check_spec  # noqa: E402
 from wdrbo_dist.acquisition import optimize  # noqa: E402
-from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from wdrbo_dist.acquisition.registry import ALGORITHMS  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.models import fit  # noqa: E402
 from wdrbo_dist.problems import problem_names  # noqa: E402
-from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
+from wdrbo_dist.run.spec import RunSpec  # noqa: E402
+from wdrbo_dist.run.loop import run_one  # noqa: E402
 
 PHASES = ("fit", "build", "screen", "adam fwd", "adam bwd", "adam rest", "inner", "other")
 

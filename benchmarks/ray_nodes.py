@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]  # the tests' local servers; scaling's stand-in
 
-from wdrbo_dist.threads import default_thread_environment  # noqa: E402
+from wdrbo_dist.execution.threads import default_thread_environment  # noqa: E402
 
 default_thread_environment(1)
 
@@ -59,8 +59,8 @@ class Clock:
 def measure(nodes: int, address: str, runs: int, run_ms: float, scratch: Path) -> dict[str, float]:
     """One row, in this process: the driver joined to the cluster at `address` (a warm-up study
     first, which starts every node's worker), then the measured study."""
-    from wdrbo_dist.config import load_study_config
-    from wdrbo_dist.study import run_study
+    from wdrbo_dist.study.config import load_study_config
+    from wdrbo_dist.driver.study import run_study
 
     run = functools.partial(stand_in, records=template_records(), seconds=run_ms / 1000)
     results: dict[str, float] = {}

@@ -1,7 +1,7 @@
 """The numerical routes one call at a time: how far from a direct solve, and how fast.
 
 This measures what sets the constants that choose between a computation's routes (the
-fields of NumericalSettings, wdrbo_dist/settings.py, and the cuts and crossovers inside
+fields of NumericalSettings, wdrbo_dist/models/settings.py, and the cuts and crossovers inside
 them), one thread, random or fitted data, seed 0:
 
     accuracy     how far each rank cut's posterior variances are from a direct solve
@@ -26,12 +26,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from wdrbo_dist.threads import default_thread_environment
+from wdrbo_dist.execution.threads import default_thread_environment
 
 default_thread_environment(1)  # one thread, set before NumPy or torch is imported
 
 from paired import count  # noqa: E402 - the same argparse type
-from wdrbo_dist.settings import CPU, NumericalSettings  # noqa: E402
+from wdrbo_dist.models.settings import CPU, NumericalSettings  # noqa: E402
 
 # The routes are NumericalSettings (a run's come from its device); this measures one against
 # another on models built on each: CPU, the CPU's, and PAIRS, the pair products everywhere.
@@ -244,7 +244,7 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
     import torch
 
     from wdrbo_dist.acquisition.drbo_kde import DRBOKDEAcquisition
-    from wdrbo_dist.acquisition.mmd_common import context_gram, context_grid, empirical_pmf
+    from wdrbo_dist.acquisition.mmd.grid import context_gram, context_grid, empirical_pmf
     from wdrbo_dist.acquisition.mmd_minimax import MinimaxAcquisition
     from wdrbo_dist.acquisition.stableopt import MinimumUCB
     from wdrbo_dist.models.gp import GaussianProcess

@@ -23,21 +23,22 @@ from __future__ import annotations
 import argparse
 import time
 
-from wdrbo_dist.threads import default_thread_environment
+from wdrbo_dist.execution.threads import default_thread_environment
 
 default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus=1
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from wdrbo_dist.allocator import keep_freed_memory  # noqa: E402
+from wdrbo_dist.execution.allocator import keep_freed_memory  # noqa: E402
 
 keep_freed_memory()  # as every worker does (backends/task.py, `execute`)
 
-from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from wdrbo_dist.acquisition.registry import ALGORITHMS  # noqa: E402
 from wdrbo_dist.analysis.statistics import mean_se  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
-from wdrbo_dist.run import RunSpec, run_one  # noqa: E402
+from wdrbo_dist.run.spec import RunSpec  # noqa: E402
+from wdrbo_dist.run.loop import run_one  # noqa: E402
 
 TARGETS = [
     # (description, numerator, denominator, bound) on the Ackley run times

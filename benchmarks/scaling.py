@@ -34,13 +34,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the repo root, for the tests' helpers (a local mlflow server)
 
-from wdrbo_dist.threads import default_thread_environment  # noqa: E402
+from wdrbo_dist.execution.threads import default_thread_environment  # noqa: E402
 
 default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch is imported
 
 import pandas as pd  # noqa: E402
 
-from wdrbo_dist.run import RunResult, RunSpec  # noqa: E402
+from wdrbo_dist.run.spec import RunResult, RunSpec  # noqa: E402
 
 PROBLEMS = ["ackley", "hartmann", "modified-branin", "newsvendor", "three-hump-camel", "six-hump-camel",
             "toy-general", "portfolio-uniform"]
@@ -70,8 +70,8 @@ def _decoded(records: bytes) -> pd.DataFrame:
 
 def template_records() -> bytes:
     """The records of a real 6-evaluation GP-UCB run, as the store's parquet file."""
-    from wdrbo_dist.atomic import parquet_bytes
-    from wdrbo_dist.run import run_one
+    from wdrbo_dist.storage.atomic import parquet_bytes
+    from wdrbo_dist.run.loop import run_one
 
     spec = RunSpec.make(algorithm="gp-ucb", problem="three-hump-camel", seed=0, evaluations=EVALUATIONS,
                         init_size=INIT_SIZE, options={"raw_samples": 16, "num_restarts": 2})
@@ -86,9 +86,9 @@ def folder_size(folder: Path) -> tuple[int, int]:
 def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path) -> dict[str, float | str]:
     """One row, in this process: the study, then resume, status and report."""
     from wdrbo_dist.analysis.load import load_study
-    from wdrbo_dist.config import load_study_config
-    from wdrbo_dist.plan import study_status
-    from wdrbo_dist.study import run_study
+    from wdrbo_dist.study.config import load_study_config
+    from wdrbo_dist.driver.plan import study_status
+    from wdrbo_dist.driver.study import run_study
 
     server = None
     if tracking == "sqlite":

@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, f
 from tests.support.chromium_cdp import ensure_chromium, load_page  # noqa: E402
 from tests.support.local_servers import start_mlflow_ui, stop, wait_for  # noqa: E402
 from wdrbo_dist.analysis.report import study_folder  # noqa: E402
-from wdrbo_dist.config import load_study_config  # noqa: E402
-from wdrbo_dist.mlflow_views import comparison_view, study_view  # noqa: E402
+from wdrbo_dist.study.config import load_study_config  # noqa: E402
+from wdrbo_dist.tracking.views import comparison_view, study_view  # noqa: E402
 
 BODY = "document.body.innerText"
 PLOTS_DRAWN = ("document.querySelectorAll('.js-plotly-plot').length > 0 && Array.from("

@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from wdrbo_dist.threads import default_thread_environment
+from wdrbo_dist.execution.threads import default_thread_environment
 
 default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch is imported
 
@@ -31,9 +31,9 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
 from wdrbo_dist.cli.progress import Progress  # noqa: E402
-from wdrbo_dist.config import parse_study_config  # noqa: E402
-from wdrbo_dist.store import ResultStore  # noqa: E402
-from wdrbo_dist.study import run_study  # noqa: E402
+from wdrbo_dist.study.config import parse_study_config  # noqa: E402
+from wdrbo_dist.storage.store import ResultStore  # noqa: E402
+from wdrbo_dist.driver.study import run_study  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--evaluations", type=int, help="measure shorter runs and scale per BO step (underestimates)")
     args = parser.parse_args()
 
-    from wdrbo_dist.algorithms import ALGORITHMS
+    from wdrbo_dist.acquisition.registry import ALGORITHMS
 
     data = yaml.safe_load(Path(args.config).read_text())
     names = [a if isinstance(a, str) else a["name"] for a in data["algorithms"]]

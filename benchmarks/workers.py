@@ -28,17 +28,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from wdrbo_dist.threads import default_thread_environment
+from wdrbo_dist.execution.threads import default_thread_environment
 
 default_thread_environment(1)  # as the CLI's driver does, before torch is imported
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 if "RAY_AUTH_MODE" not in os.environ:  # a private token: nothing written to ~/.ray
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
 
-from wdrbo_dist.backends import map_tasks  # noqa: E402
-from wdrbo_dist.config import parse_study_config  # noqa: E402
-from wdrbo_dist.plan import make_tasks  # noqa: E402
-from wdrbo_dist.study import run_captured  # noqa: E402
+from wdrbo_dist.execution.backends import map_tasks  # noqa: E402
+from wdrbo_dist.study.config import parse_study_config  # noqa: E402
+from wdrbo_dist.driver.plan import make_tasks  # noqa: E402
+from wdrbo_dist.driver.study import run_captured  # noqa: E402
 
 
 def study(evaluations: int, seeds: int, out: Path):

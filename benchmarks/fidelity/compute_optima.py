@@ -1,5 +1,5 @@
 """Recompute the exact optimum of every registered problem, max_x E_{P*}[f(x, .)], on the
-package's own QMC rule (spec section 4), and print the constants hard-coded in
+package's own QMC rule (method §4), and print the constants hard-coded in
 wdrbo_dist/problems/*.py.
 
 Method per problem: a dense grid or many quasi-random starts, then multi-start L-BFGS-B

@@ -5,7 +5,7 @@ study's) with the issue's protocol, `--init_size 2 --running_rounds 100 --beta 1
 published `main.py` and `--fidelity reference --init-size 2 --evaluations 100` for ours, and
 prints per cell the mean +- SE of the cumulative exact regret after 100 evaluations for each
 code (the initial design included, as the published code counts it; both against the exact
-optimum of the same QMC rule, spec 5.3), their ratio, and a two-sided Mann-Whitney test with
+optimum of the same QMC rule, method §5.3), their ratio, and a two-sided Mann-Whitney test with
 Holm's correction over the cells shown. Bit-identical streams are not the goal (spec, Project
 decision 1): the two codes draw their random numbers differently, so a cell agrees when its
 two samples could come from one distribution.
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from wdrbo_dist.threads import default_thread_environment  # noqa: E402
+from wdrbo_dist.execution.threads import default_thread_environment  # noqa: E402
 
 default_thread_environment(1)
 
@@ -52,15 +52,15 @@ import torch  # noqa: E402
 from scipy.stats import mannwhitneyu  # noqa: E402
 
 from published import PublishedCode, PublishedRun, record_in_ledger  # noqa: E402
-from wdrbo_dist.algorithms import ALGORITHMS  # noqa: E402
+from wdrbo_dist.acquisition.registry import ALGORITHMS  # noqa: E402
 from wdrbo_dist.analysis.statistics import (  # noqa: E402
     holm, mean_se, paired_wilcoxon, ratio_of_means_interval, significant_digits_format,
 )
-from wdrbo_dist.backends import map_tasks  # noqa: E402
-from wdrbo_dist.backends.task import Task  # noqa: E402
+from wdrbo_dist.execution.backends import map_tasks  # noqa: E402
+from wdrbo_dist.execution.task import Task  # noqa: E402
 from wdrbo_dist.problems import PROBLEMS, make_problem  # noqa: E402
-from wdrbo_dist.run import RunSpec  # noqa: E402
-from wdrbo_dist.study import run_captured  # noqa: E402
+from wdrbo_dist.run.spec import RunSpec  # noqa: E402
+from wdrbo_dist.driver.study import run_captured  # noqa: E402
 
 FIRST_SEED = 200
 EVALUATIONS, INIT_SIZE = 100, 2
@@ -225,7 +225,7 @@ def regret_per_evaluation(cache: Path, algorithm: str, problem: str, seed: int) 
 def phases(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[str]:
     """Per cell, the mean regret each code pays in each phase of a run (seeds with both codes).
 
-    Both codes draw the initial design the same way (scrambled Sobol, spec 1.2), so a difference
+    Both codes draw the initial design the same way (scrambled Sobol, method §1.2), so a difference
     there is chance, not method; the BO phases are where a difference of method would show, so
     the last column compares their sum (ratio, bootstrap interval, Mann-Whitney over the seeds).
     """

@@ -35,7 +35,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from wdrbo_dist.threads import default_thread_environment  # noqa: E402
+from wdrbo_dist.execution.threads import default_thread_environment  # noqa: E402
 
 default_thread_environment(1)
 
@@ -50,14 +50,14 @@ from wdrbo_dist.acquisition.base import BOState  # noqa: E402
 from wdrbo_dist.acquisition.kde import kde_samples  # noqa: E402
 from wdrbo_dist.acquisition.optimize import maximize_acquisition  # noqa: E402
 from wdrbo_dist.acquisition.sobol import scrambled_sobol  # noqa: E402
-from wdrbo_dist.algorithms import make_algorithm  # noqa: E402
+from wdrbo_dist.acquisition.registry import make_algorithm  # noqa: E402
 from wdrbo_dist.cli import parse_option  # noqa: E402
 from wdrbo_dist.cli.usage import UsageError  # noqa: E402
 from wdrbo_dist.models.compiled_fit import CompiledMapObjective  # noqa: E402
 from wdrbo_dist.models.fit import fit_gp, standardize  # noqa: E402
 from wdrbo_dist.models.map_objective import lengthscale_prior  # noqa: E402
 from wdrbo_dist.problems import make_problem  # noqa: E402
-from wdrbo_dist.settings import NumericalSettings  # noqa: E402
+from wdrbo_dist.models.settings import NumericalSettings  # noqa: E402
 
 CANDIDATES = 256
 
@@ -104,8 +104,8 @@ def published_history(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Ten
 def our_history(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(x, c, y) of our `reference` run of this cell and seed, run here (the fidelity protocol)."""
     from fidelity import our_spec
-    from wdrbo_dist.records import c_columns, x_columns
-    from wdrbo_dist.run import run_one
+    from wdrbo_dist.run.records import c_columns, x_columns
+    from wdrbo_dist.run.loop import run_one
 
     problem = make_problem(args.problem, "reference")
     result = run_one(our_spec(args.algorithm, args.problem, args.seed))

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-# Our names -> the published CLI's (`--Optimizer`, `--TestProblem`), spec section 0.
+# Our names -> the published CLI's (`--Optimizer`, `--TestProblem`), method §0.
 ALGORITHMS = {
     "wdrbo": "WassersteinUCB",
     "erbo": "EmpiricalUCB",

@@ -27,7 +27,7 @@ from wdrbo_dist.problems import make_problem
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
 from wdrbo_dist.models.compiled_pairs import CompiledPairs
 from wdrbo_dist.models.compiled_ucb import CompiledUCB
-from wdrbo_dist.settings import NumericalSettings
+from wdrbo_dist.models.settings import NumericalSettings
 
 from test_wdrbo import _state_and_model
 

@@ -1,4 +1,4 @@
-"""DRBO-MMD (spec 3.6): the grid, the pmf, the PSD-safe factor and the conic solve against
+"""DRBO-MMD (method §3.6): the grid, the pmf, the PSD-safe factor and the conic solve against
 independent computations on small grids; fallback, telemetry, pickling."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from scipy.optimize import minimize
 from tests.support.routes import PAIRS
 from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.drbo_mmd import DRBOMMD, MMDAcquisition, MMDWorstCase, drop_zero_cone_rows, gram_factor
-from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf, mmd_radius
+from wdrbo_dist.acquisition.mmd.grid import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf, mmd_radius
 from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.models.kernel import rbf
 from wdrbo_dist.problems import make_problem
@@ -211,7 +211,7 @@ def test_identical_rows_in_a_step_are_solved_once() -> None:
 
 
 def test_large_radius_gives_the_worst_grid_point() -> None:
-    # r >= sqrt(2) >= every MMD on the grid (spec 3.6, n <= 8): p* is the point mass at argmin u.
+    # r >= sqrt(2) >= every MMD on the grid (method §3.6, n <= 8): p* is the point mass at argmin u.
     grid = np.linspace(0, 1, 100)[:, None]
     program = MMDWorstCase(100)
     w = np.zeros(100)

@@ -1,7 +1,7 @@
 """The optimiser reaches the grid maximum of its own acquisition (the `paper` profile).
 
 On one-dimensional decisions a 2001-point grid finds the acquisition's maximum; the optimiser
-of spec 1.6 (Sobol screening, Boltzmann starts, Adam) must end within 0.5 % of the
+of method §1.6 (Sobol screening, Boltzmann starts, Adam) must end within 0.5 % of the
 acquisition's range over the grid from it. Every algorithm whose acquisition is deterministic
 is checked (StableOpt and DRBO-KDE redraw context sets per call, so their maximum moves).
 """
@@ -14,7 +14,7 @@ import torch
 from tests.support.routes import PAIRS
 from wdrbo_dist.acquisition.base import Acquisition, BOState
 from wdrbo_dist.acquisition.optimize import maximize_acquisition
-from wdrbo_dist.algorithms import make_algorithm
+from wdrbo_dist.acquisition.registry import make_algorithm
 from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
 

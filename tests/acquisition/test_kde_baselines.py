@@ -1,4 +1,4 @@
-"""KDE sampling (spec 3.4), SBO-KDE (3.4) and DRBO-KDE (3.5): closed form against the CVXPY LP."""
+"""KDE sampling (method §3.4), SBO-KDE (3.4) and DRBO-KDE (3.5): closed form against the CVXPY LP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The DRBO-MMD minimax approximation (spec 3.7): each case on hand-made inputs, the reference's bug."""
+"""The DRBO-MMD minimax approximation (method §3.7): each case on hand-made inputs, the reference's bug."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from tests.support.routes import PAIRS
 from wdrbo_dist.acquisition.base import BOState
-from wdrbo_dist.acquisition.mmd_common import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf
+from wdrbo_dist.acquisition.mmd.grid import MMD_RADIUS_CONSTANT, context_gram, context_grid, empirical_pmf
 from wdrbo_dist.acquisition.mmd_minimax import (
     DRBOMMDMinimax,
     minimax_value,
@@ -24,7 +24,7 @@ T = torch.float64
 
 
 def _expected(u: np.ndarray, w: np.ndarray, k: np.ndarray, r: float, uniform: bool) -> float:
-    """Spec 3.7 written out directly (e* as the quadratic form), the fixed case logic."""
+    """method §3.7 written out directly (e* as the quadratic form), the fixed case logic."""
     n = u.size
     j = int(np.argmin(u))
     g = u[j]
@@ -113,7 +113,7 @@ def test_values_without_a_graph_are_those_with_one_to_the_bit(radius: float) -> 
 def test_the_compiled_closed_form_is_the_torch_one_to_the_bit() -> None:
     """minimax_step (paper profile's Adam step) = minimax_value_and_weights, value and weights,
     bit for bit: cases 2 and 3 mixed in one call, e* = 0 at a point-mass centre, ties."""
-    from wdrbo_dist.acquisition.mmd_minimax_kernel import minimax_step
+    from wdrbo_dist.acquisition.mmd.minimax_kernel import minimax_step
 
     generator = torch.Generator().manual_seed(3)
     size = 64
@@ -193,7 +193,7 @@ def test_profiles_and_the_acquisition_on_a_fitted_model() -> None:
     # the fixed profile never returns the buggy zeros; the reference does when cases mix
     e_sq = 1 - 2 * (gram @ w)[u.argmin(-1)] + w @ gram @ w
     case3 = r > e_sq.clamp_min(0).sqrt()
-    assert case3.any() and (~case3).any()  # this data mixes the cases (spec 3.7: it happens constantly)
+    assert case3.any() and (~case3).any()  # this data mixes the cases (method §3.7: it happens constantly)
     assert torch.all(values["reference"][case3] == 0.0)
     assert torch.all(values["paper"][case3] == u.min(-1).values[case3])
     assert not torch.any(values["paper"] == 0.0)

@@ -1,4 +1,4 @@
-"""The optimiser of spec 1.6: Sobol screening, Boltzmann starts, Adam with the EMA stopping rule."""
+"""The optimiser of method §1.6: Sobol screening, Boltzmann starts, Adam with the EMA stopping rule."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def _tilted_bowl(x: torch.Tensor) -> torch.Tensor:
 
 
 def test_unprojected_ascent_is_botorchs_gen_candidates_torch() -> None:
-    """The reference profile's optimiser (spec 1.6) follows BoTorch's own loop step by step:
+    """The reference profile's optimiser (method §1.6) follows BoTorch's own loop step by step:
     the acquisition sees a clamped copy, the Adam parameter moves freely."""
     from botorch.generation.gen import gen_candidates_torch
 

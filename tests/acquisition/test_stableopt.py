@@ -1,4 +1,4 @@
-"""StableOpt (spec 3.8): the searched box in each profile, the min value and its gradient."""
+"""StableOpt (method §3.8): the searched box in each profile, the min value and its gradient."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from wdrbo_dist.acquisition.sobol import scrambled_sobol
 from wdrbo_dist.acquisition.stableopt import StableOpt, stable_box
 from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
-from wdrbo_dist.settings import NumericalSettings
+from wdrbo_dist.models.settings import NumericalSettings
 
 T = torch.float64
 

@@ -1,4 +1,4 @@
-"""WDRBO (spec 3.1) and ERBO (spec 3.2)."""
+"""WDRBO (method §3.1) and ERBO (method §3.2)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from wdrbo_dist.acquisition.base import BOState
 from wdrbo_dist.acquisition.wdrbo import ERBO, WDRBO
 from wdrbo_dist.models.fit import fit_gp
 from wdrbo_dist.problems import make_problem
-from wdrbo_dist.settings import NumericalSettings
+from wdrbo_dist.models.settings import NumericalSettings
 
 
 def _state_and_model(problem_name: str = "ackley", n: int = 12, seed: int = 0):
@@ -123,7 +123,7 @@ def test_general_setting_uses_the_given_centre_and_radius() -> None:
 
 
 def test_paper_profile_differentiates_lipschitz_term_and_reference_detaches_it() -> None:
-    """Spec 8.8 and the project decision: the paper's argmax in `paper`, the code's in `reference`."""
+    """method §8.8 and the project decision: the paper's argmax in `paper`, the code's in `reference`."""
     assert WDRBO.resolve_options("paper", {})["wdrbo_L_detached"] is False
     assert WDRBO.resolve_options("reference", {})["wdrbo_L_detached"] is True
 

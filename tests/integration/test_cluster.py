@@ -17,10 +17,11 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.support.local_servers import processes
-from wdrbo_dist.records import deterministic_part
-from wdrbo_dist.config import load_study_config
-from wdrbo_dist.run import RunResult, RunSpec, run_one
-from wdrbo_dist.store import ResultStore
+from wdrbo_dist.run.records import deterministic_part
+from wdrbo_dist.study.config import load_study_config
+from wdrbo_dist.run.spec import RunResult, RunSpec
+from wdrbo_dist.run.loop import run_one
+from wdrbo_dist.storage.store import ResultStore
 
 pytestmark = pytest.mark.integration
 

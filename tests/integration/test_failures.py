@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from wdrbo_dist.config import load_study_config
-from wdrbo_dist.store import ResultStore
-from wdrbo_dist.study import EXIT_UNAVAILABLE
+from wdrbo_dist.study.config import load_study_config
+from wdrbo_dist.storage.store import ResultStore
+from wdrbo_dist.errors import ExitCode
 
 from conftest import start_mlflow_server, started_ray_cluster, stop, wait_for
 from tests.support.local_servers import node_raylet, processes
@@ -69,7 +69,7 @@ def test_a_worker_node_lost_mid_study_costs_no_run(mlflow_server, tmp_path):
         finally:
             if driver.poll() is None:
                 driver.kill()
-        assert driver.returncode in (0, EXIT_UNAVAILABLE), output[-3000:]
+        assert driver.returncode in (0, ExitCode.UNAVAILABLE), output[-3000:]
         assert "FAILED" not in output, output[-3000:]
         if driver.returncode:  # runs Ray gave up on are resubmitted by the next command
             again = _run(["run", str(config), "--address", cluster.gcs_address, "--quiet"], cluster.env)
@@ -93,7 +93,7 @@ def test_a_dead_head_stops_the_driver_with_its_own_exit_code_and_the_next_run_fi
         finally:
             if driver.poll() is None:
                 driver.kill()
-    assert driver.returncode == EXIT_UNAVAILABLE, output[-3000:]
+    assert driver.returncode == ExitCode.UNAVAILABLE, output[-3000:]
     assert "cluster gone: the Ray cluster's head" in output and "run the same command again" in output, output[-3000:]
     assert "Traceback" not in output and "FAILED" not in output, output[-3000:]
     assert stopped_after_s < 60  # before Ray would end the driver itself (GCS timeout)
@@ -142,10 +142,11 @@ def test_a_tracking_server_that_stops_mid_study_costs_no_run_and_catches_up_at_t
 
 
 def test_results_a_stopped_server_missed_are_logged_when_it_answers_again(tmp_path, monkeypatch):
-    from wdrbo_dist import study as study_module
-    from wdrbo_dist.backends.task import Task, execute
-    from wdrbo_dist.plan import plan_study
-    from wdrbo_dist.study import StudyReport, run_captured
+    from wdrbo_dist.driver import study as study_module
+    from wdrbo_dist.execution.task import Task, execute
+    from wdrbo_dist.driver.plan import plan_study
+    from wdrbo_dist.driver.report import StudyReport
+    from wdrbo_dist.driver.study import run_captured
     from wdrbo_dist.tracking import connection
     from wdrbo_dist.tracking.study_tracker import StudyTracker
 

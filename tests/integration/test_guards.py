@@ -18,8 +18,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.support.local_servers import start_mlflow_server, stop, wait_for
-from wdrbo_dist.config import load_study_config
-from wdrbo_dist.store import ResultStore
+from wdrbo_dist.study.config import load_study_config
+from wdrbo_dist.storage.store import ResultStore
 
 from test_cluster import CLI, FAST, write_study
 

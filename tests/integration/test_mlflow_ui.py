@@ -19,7 +19,7 @@ from tests.support.chromium_cdp import ensure_chromium, load_page
 from conftest import stop, wait_for
 from tests.support.local_servers import start_mlflow_ui
 from wdrbo_dist.cli import main
-from wdrbo_dist.mlflow_views import MLFLOW_UI_DEFAULT
+from wdrbo_dist.tracking.views import MLFLOW_UI_DEFAULT
 
 FAST = {"num_restarts": 2, "raw_samples": 32, "batch_limit": 32}
 STUDY = {

@@ -1,4 +1,4 @@
-"""The GP of spec 1.4 is BoTorch's default SingleTaskGP, fitted the same way, only faster."""
+"""The GP of method §1.4 is BoTorch's default SingleTaskGP, fitted the same way, only faster."""
 
 from __future__ import annotations
 

@@ -53,7 +53,7 @@ class Case:
 
 def cases() -> list[Case]:
     """Every algorithm in both profiles, then the longer runs of the basis and forms routes."""
-    from wdrbo_dist.algorithms import ALGORITHMS
+    from wdrbo_dist.acquisition.registry import ALGORITHMS
     from wdrbo_dist.problems import FIDELITIES
 
     short = [Case(fidelity, algorithm, EVALUATIONS, PROBLEM) for fidelity in FIDELITIES for algorithm in ALGORITHMS]
@@ -67,8 +67,9 @@ def pinned_runs(selected: list[Case] | None = None, options: dict | None = None)
     import torch
     from threadpoolctl import threadpool_limits
 
-    from wdrbo_dist.records import deterministic_part
-    from wdrbo_dist.run import RunSpec, run_one
+    from wdrbo_dist.run.records import deterministic_part
+    from wdrbo_dist.run.spec import RunSpec
+    from wdrbo_dist.run.loop import run_one
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

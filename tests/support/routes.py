@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from wdrbo_dist.models.gp import GaussianProcess
-from wdrbo_dist.settings import NumericalSettings
+from wdrbo_dist.models.settings import NumericalSettings
 
 # The pair products everywhere (no context basis), the other routes the CPU's: the GP's route
 # the acquisition tests hold the basis route against.

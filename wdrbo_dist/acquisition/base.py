@@ -2,7 +2,7 @@
 
 An `Algorithm` is built once per run (with the resolved options of its fidelity profile) and
 asked, at every BO step, for an `Acquisition`: a module whose forward maps candidate
-decisions [b, d_x] (in the unit box) to values [b] (in standardised-y units, spec 1.4).
+decisions [b, d_x] (in the unit box) to values [b] (in standardised-y units, method §1.4).
 """
 
 from __future__ import annotations
@@ -72,13 +72,13 @@ def context_pairs(x: Tensor, contexts: Tensor) -> Tensor:
 
 
 # Options are science: the methods' hyperparameters and the published code's faults (the
-# profiles). How a number is computed is no option: wdrbo_dist/settings.py's NumericalSettings.
+# profiles). How a number is computed is no option: wdrbo_dist/models/settings.py's NumericalSettings.
 COMMON_OPTIONS: dict[str, Option] = {
-    "beta": Option.same(1.5, "the sigma multiplier of the UCB (spec 1.5)"),
-    # spec 1.6: the paper profile clamps the Adam parameter into the box at every step; the
+    "beta": Option.same(1.5, "the sigma multiplier of the UCB (method §1.5)"),
+    # method §1.6: the paper profile clamps the Adam parameter into the box at every step; the
     # published code (BoTorch's gen_candidates_torch) evaluates a clamped copy and lets the
     # parameter itself leave the box.
-    "adam_projected": Option(True, False, "Adam's parameter clamped into the box at every step (spec 1.6)"),
+    "adam_projected": Option(True, False, "Adam's parameter clamped into the box at every step (method §1.6)"),
 }
 
 

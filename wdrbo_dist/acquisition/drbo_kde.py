@@ -1,7 +1,7 @@
-"""DRBO-KDE (spec 3.5): the worst case of the mean UCB over a total-variation ball around KDE samples.
+"""DRBO-KDE (method §3.5): the worst case of the mean UCB over a total-variation ball around KDE samples.
 
 Per candidate, the phi-divergence dual over N = 1024 KDE samples has a closed form (the default,
-Project decision 4), batched over candidates; the CVXPY program stays beside it
+method §9.4), batched over candidates; the CVXPY program stays beside it
 (`drbo_kde_inner_cvxpy`) and the tests check the two agree. The comment above
 `tv_sorted_weights` gives the program, its closed form, the gradient and the profiles' routes.
 """
@@ -32,7 +32,7 @@ from wdrbo_dist.models.gp import GaussianProcess
 #
 #     max_{a >= 0, b}  -b - eps a + (1/N) sum_i min(u_i + b, a)   s.t.  a + b >= -m(x).
 #
-# Its closed form (spec 3.5, the default: Project decision 4) moves a fraction delta = min(eps/2, 1)
+# Its closed form (method §3.5, the default: method §9.4) moves a fraction delta = min(eps/2, 1)
 # of the mass from the highest UCB values to m(x) where that lowers the value:
 #
 #     alpha(x) = mean(u) - (1/N) sum_k w_k max(u_(k) - m(x), 0),  u_(1) >= u_(2) >= ...,
@@ -46,10 +46,10 @@ from wdrbo_dist.models.gp import GaussianProcess
 # sorted weights; m(x) from the fresh-context kernel, its exponentials by a vectorised
 # polynomial within 1 ulp of libm's.
 #
-# The Sobol points for m(x) are re-drawn at every acquisition call in both profiles (spec 1.6,
+# The Sobol points for m(x) are re-drawn at every acquisition call in both profiles (method §1.6,
 # 8.16): that is how the reference's optimiser sees this acquisition, and redrawing does not
 # change what the acquisition estimates; the scramble seed comes from the run's generator.
-# Reference profile: they are mapped to [lb - (ub - lb), lb] (spec 8.2's sign bug); paper
+# Reference profile: they are mapped to [lb - (ub - lb), lb] (method §8.2's sign bug); paper
 # profile: to the context box.
 def tv_sorted_weights(size: int, eps: float, dtype: torch.dtype = torch.float64) -> Tensor:
     """The closed form's weights on the sorted UCB values (length <= size, nonzero entries only)."""
@@ -238,10 +238,10 @@ class DRBOKDE(Algorithm):
         "kde_samples": Option(1024, 1024, "KDE samples of the observed contexts, redrawn every step"),
         "min_points": Option(1024, 1024, "Sobol points for m(x) = min_c UCB(x, c), redrawn every call"),
         "radius_scale": Option(1.0, 1.0, "eps_n = radius_scale * n^(-2/(4+d_c))"),
-        "drbokde_minbox_sign_bug": Option(False, True, "m(x) searched over [lb-(ub-lb), lb] (spec 8.2)"),
-        # Project decision 4: the LP's value in closed form, batched (false: the published LP)
+        "drbokde_minbox_sign_bug": Option(False, True, "m(x) searched over [lb-(ub-lb), lb] (method §8.2)"),
+        # method §9.4: the LP's value in closed form, batched (false: the published LP)
         "drbokde_closed_form": Option(True, True, "the inner LP's value in closed form (false: the LP)"),
-        "drbokde_min_detached": Option(True, True, "m(x) adds to the value, not the gradient (spec 8.15)"),
+        "drbokde_min_detached": Option(True, True, "m(x) adds to the value, not the gradient (method §8.15)"),
     }
 
     def radius(self, n: int) -> float:

@@ -1,4 +1,4 @@
-"""DRBO-MMD (spec 3.6, Kirschner et al. 2020): the worst-case expected UCB over an MMD ball on a grid.
+"""DRBO-MMD (method §3.6, Kirschner et al. 2020): the worst-case expected UCB over an MMD ball on a grid.
 
 Per candidate, a second-order cone program over the pmf p on the context grid (the comment
 above `MMDAcquisition` states it); alpha(x) = p*^T u with p* frozen (the envelope theorem).
@@ -20,7 +20,7 @@ from torch import Tensor
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import CHEAP, Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.compiled import FixedContextUCB
-from wdrbo_dist.acquisition.mmd_common import (
+from wdrbo_dist.acquisition.mmd.grid import (
     MMD_RADIUS_CONSTANT,
     context_gram,
     context_grid,
@@ -30,9 +30,9 @@ from wdrbo_dist.acquisition.mmd_common import (
 )
 from wdrbo_dist.models.gp import GaussianProcess
 
-from wdrbo_dist.acquisition.mmd_factors import gram_factor, tensor_grid_factor
-from wdrbo_dist.acquisition.mmd_solver import SOLVERS, MMDWorstCase, drop_zero_cone_rows
-from wdrbo_dist.settings import NumericalSettings
+from wdrbo_dist.acquisition.mmd.factors import gram_factor, tensor_grid_factor
+from wdrbo_dist.acquisition.mmd.solver import SOLVERS, MMDWorstCase, drop_zero_cone_rows
+from wdrbo_dist.models.settings import NumericalSettings
 
 __all__ = ["DRBOMMD", "MMDAcquisition", "MMDWorstCase", "drop_zero_cone_rows", "gram_factor", "tensor_grid_factor"]
 
@@ -125,9 +125,9 @@ class DRBOMMD(Algorithm):
     # 1.34, the rise of the compiled route's own ratio (1.71 -> 2.29) when ERBO's runs got shorter.
     SCS_COST = 11.0
     OPTIONS = {
-        "grid_size": Option(100, 100, "points of the context grid (spec 3.6)"),
+        "grid_size": Option(100, 100, "points of the context grid (method §3.6)"),
         "radius_constant": Option(MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT, "r_n = radius_constant / sqrt(n)"),
-        "mmd_diagonal_grid": Option(False, True, "a grid on the box diagonal where d_c >= 2 (spec 8.3)"),
+        "mmd_diagonal_grid": Option(False, True, "a grid on the box diagonal where d_c >= 2 (method §8.3)"),
         # CLARABEL (interior point, tolerance 1e-8) in both profiles: the same optimum as the
         # published SCS (first-order, eps 1e-5), more accurately and with the working set far
         # faster; benchmarks/paired.py --preset mmd-solver compares them over seeds.

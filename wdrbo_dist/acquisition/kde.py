@@ -1,4 +1,4 @@
-"""Gaussian-KDE samples of the observed contexts (spec 3.4), shared by SBO-KDE and DRBO-KDE.
+"""Gaussian-KDE samples of the observed contexts (method §3.4), shared by SBO-KDE and DRBO-KDE.
 
 Silverman's rule per context dimension, h_k = (4/(d+2))^{1/(d+4)} n^{-1/(d+4)} sd_k with the
 population (ddof 0) std; sampling picks observed contexts uniformly with replacement and adds

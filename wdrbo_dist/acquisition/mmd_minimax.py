@@ -1,7 +1,7 @@
-"""DRBO-MMD minimax approximation (spec 3.7, after Tay et al. 2022): a closed form instead of a solve.
+"""DRBO-MMD minimax approximation (method §3.7, after Tay et al. 2022): a closed form instead of a solve.
 
 The worst case over the MMD ball is approximated in three cases from the grid UCB's minimum,
-mean and spread, with the reference's bugs as options (spec 8.4); the comment above
+mean and spread, with the reference's bugs as options (method §8.4); the comment above
 `point_mmd_squared` gives the cases, the edge cases and the gradient. An Adam step's u comes from
 the compiled pair kernel (NumericalSettings.adam_pass, on the CPU).
 """
@@ -18,7 +18,7 @@ from torch import Tensor
 from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
 from wdrbo_dist.acquisition.compiled import FixedContextUCB
-from wdrbo_dist.acquisition.mmd_common import (
+from wdrbo_dist.acquisition.mmd.grid import (
     MMD_RADIUS_CONSTANT,
     context_gram,
     context_grid,
@@ -40,9 +40,9 @@ _TINY = 1e-24  # keeps sqrt's gradient finite where its argument vanishes
 #     case 2, eps' <= r <= e*:   (E + r tau + g) / 2
 #     case 3, r > e*:            g
 #
-# The reference's control-flow bug (spec 8.4) gives case-3 candidates the value 0 whenever any
+# The reference's control-flow bug (method §8.4) gives case-3 candidates the value 0 whenever any
 # candidate of the same call is in case 2; `minimax_case3_zero_bug` reproduces it. Edge cases
-# (all u equal: S = 0; w a point mass at j*: e* = 0) give finite values in both profiles (spec 8.22
+# (all u equal: S = 0; w a point mass at j*: e* = 0) give finite values in both profiles (method §8.22
 # is cosmetic). Gradient through u; w and K are constants of the BO step. e* costs O(1) per
 # candidate: MMD(delta_j, w)^2 = K_jj - 2 (K w)_j + w^T K w for every grid point j is computed once
 # per BO step (`point_mmd_squared`; the reference forms (delta - w)^T K (delta - w) per candidate).
@@ -176,7 +176,7 @@ class MinimaxAcquisition(Acquisition):
             return None
 
         def closed_form(u: Tensor) -> tuple[Tensor, Tensor] | None:  # (u: the compiled kernel's, on the CPU)
-            from wdrbo_dist.acquisition.mmd_minimax_kernel import minimax_step  # numba: imported where it runs
+            from wdrbo_dist.acquisition.mmd.minimax_kernel import minimax_step  # numba: imported where it runs
 
             start = time.perf_counter()
             if self._distances is None:  # e* of every grid point, for the compiled closed form
@@ -200,11 +200,11 @@ class DRBOMMDMinimax(Algorithm):
     description = "DRBO-MMD minimax approximation: closed-form worst-case sensitivity on a 1024-point grid"
     relative_cost = 2.6  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
-        "grid_size": Option(1024, 1024, "points of the context grid (spec 3.7)"),
+        "grid_size": Option(1024, 1024, "points of the context grid (method §3.7)"),
         "radius_constant": Option(MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT, "r_n = radius_constant / sqrt(n)"),
-        "mmd_diagonal_grid": Option(False, True, "a grid on the box diagonal where d_c >= 2 (spec 8.3)"),
-        "minimax_case3_zero_bug": Option(False, True, "case 3 gives 0 if any case 2 is in the call (spec 8.4)"),
-        "minimax_uniform_mean": Option(False, True, "the unweighted grid mean instead of E_w (spec 8.4)"),
+        "mmd_diagonal_grid": Option(False, True, "a grid on the box diagonal where d_c >= 2 (method §8.3)"),
+        "minimax_case3_zero_bug": Option(False, True, "case 3 gives 0 if any case 2 is in the call (method §8.4)"),
+        "minimax_uniform_mean": Option(False, True, "the unweighted grid mean instead of E_w (method §8.4)"),
     }
 
     _grid: Tensor | None = None

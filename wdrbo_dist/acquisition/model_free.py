@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from wdrbo_dist.acquisition.base import Acquisition, Algorithm, BOState
+from wdrbo_dist.acquisition.options import Option
 from wdrbo_dist.acquisition.sobol import draw_seed
 from wdrbo_dist.models.gp import GaussianProcess
 from wdrbo_dist.problems.base import Problem
@@ -25,6 +26,11 @@ class ModelFreeAlgorithm(Algorithm):
     """An algorithm that proposes each decision itself; the loop fits no model for it."""
 
     uses_context = False
+
+    @classmethod
+    def declared_options(cls) -> dict[str, Option]:
+        """Only its own: it has no UCB and no optimiser, so their options would do nothing."""
+        return dict(cls.OPTIONS)
 
     @abc.abstractmethod
     def propose(self, state: BOState, generator: torch.Generator) -> Tensor:

@@ -1,4 +1,4 @@
-"""Acquisition maximisation as in spec 1.6 (BoTorch's `optimize_acqf` with q = 1, torch optimiser).
+"""Acquisition maximisation as in method §1.6 (BoTorch's `optimize_acqf` with q = 1, torch optimiser).
 
 Screen `raw_samples` Sobol points, pick `num_restarts` starts by the Boltzmann heuristic, run
 Adam on them jointly until BoTorch's stopping rule fires, return the best (the steps: above

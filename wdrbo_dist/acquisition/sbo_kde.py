@@ -1,4 +1,4 @@
-"""SBO-KDE (spec 3.4, Huang et al. 2024): the mean UCB over KDE samples of the observed contexts.
+"""SBO-KDE (method §3.4, Huang et al. 2024): the mean UCB over KDE samples of the observed contexts.
 
 alpha(x) = (1/N) sum_j UCB(x, s_j), with N = 512 samples drawn once per BO step (fixed while
 the acquisition is maximised). Both profiles compute the reference's acquisition (there is no
@@ -49,7 +49,7 @@ class SBOKDE(Algorithm):
     description = "SBO-KDE: mean UCB over 512 KDE samples of the observed contexts, redrawn every step"
     relative_cost = 2.1  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
-        # the WDRBO repository's count (sbokde upstream: 1024), spec 8.23
+        # the WDRBO repository's count (sbokde upstream: 1024), method §8.23
         "kde_samples": Option(512, 512, "KDE samples of the observed contexts, redrawn every step"),
     }
 

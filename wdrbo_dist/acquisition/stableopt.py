@@ -1,8 +1,8 @@
-"""StableOpt (spec 3.8, after Bogunovic et al. 2018): the minimum UCB over a box of contexts.
+"""StableOpt (method §3.8, after Bogunovic et al. 2018): the minimum UCB over a box of contexts.
 
 alpha(x) = min_{c in C} UCB(x, c) over 1024 scrambled Sobol points of a box C built from the
 observed contexts' mean and std: the paper's [mu - s, mu + s] or the reference's [mu - 3s, mu - s]
-(`stable_box_sign_bug`, spec 8.1). The comment above `MinimumUCB` gives the redraws, the gradient
+(`stable_box_sign_bug`, method §8.1). The comment above `MinimumUCB` gives the redraws, the gradient
 and the compiled routes.
 """
 
@@ -32,9 +32,9 @@ def stable_box(contexts: Tensor, sigmas: float, sign_bug: bool) -> Tensor:
 # alpha(x) = min_{c in C} UCB(x, c), the min taken over 1024 scrambled Sobol points of C. The box is
 # built from the observed contexts' mean and unbiased std per dimension: the paper's intended
 # [mu - s, mu + s] (paper profile) or the reference's [mu - 3s, mu - s] (`stable_box_sign_bug`,
-# spec 8.1: the Sobol points are mapped as c = (mu - s) + ((mu - s) - (mu + s)) v).
+# method §8.1: the Sobol points are mapped as c = (mu - s) + ((mu - s) - (mu + s)) v).
 #
-# The Sobol set is re-drawn at every acquisition call in both profiles (spec 1.6, 8.16): the
+# The Sobol set is re-drawn at every acquisition call in both profiles (method §1.6, §8.16): the
 # reference's optimiser sees this noisy acquisition, and redrawing does not change what it
 # estimates; the scramble seed comes from the run's generator. The gradient flows through the
 # arg-min point (as torch.min's does): the min is found without gradient and the UCB is
@@ -93,7 +93,7 @@ class StableOpt(Algorithm):
     OPTIONS = {
         "stable_points": Option(1024, 1024, "Sobol points in the box, redrawn at every call"),
         "stable_box_sigmas": Option(1.0, 1.0, "half-width of the box in (unbiased) standard deviations"),
-        "stable_box_sign_bug": Option(False, True, "the box is [mu - 3s, mu - s], not [mu - s, mu + s] (spec 8.1)"),
+        "stable_box_sign_bug": Option(False, True, "the box is [mu - 3s, mu - s], not [mu - s, mu + s] (method §8.1)"),
     }
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:

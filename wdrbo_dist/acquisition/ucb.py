@@ -1,4 +1,4 @@
-"""GP-UCB (spec 3.3): a GP on the decision only; the context is unmodelled noise.
+"""GP-UCB (method §3.3): a GP on the decision only; the context is unmodelled noise.
 
 Adam steps on the CPU take the compiled kernel (NumericalSettings.adam_pass): the
 same acquisition, its gradient in closed form rather than by autograd."""
@@ -45,8 +45,8 @@ class GPUCB(Algorithm):
     relative_cost = 0.4  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
     OPTIONS = {
         # The reference passes beta to BoTorch's UpperConfidenceBound, which multiplies sigma by
-        # sqrt(beta) (spec 1.5, 8.7); the paper profile uses beta itself, like every other method.
-        "gpucb_sqrt_beta": Option(False, True, "sigma multiplied by sqrt(beta), as BoTorch's UCB does (spec 8.7)"),
+        # sqrt(beta) (method §1.5, §8.7); the paper profile uses beta itself, like every other method.
+        "gpucb_sqrt_beta": Option(False, True, "sigma multiplied by sqrt(beta), as BoTorch's UCB does (method §8.7)"),
     }
 
     def acquisition(self, model: GaussianProcess, state: BOState, generator: torch.Generator) -> Acquisition:

@@ -1,4 +1,4 @@
-"""WDRBO (spec 3.1) and ERBO (spec 3.2): the mean UCB under the centre distribution, minus
+"""WDRBO (method §3.1) and ERBO (method §3.2): the mean UCB under the centre distribution, minus
 the Wasserstein radius times the UCB's Lipschitz constant in the context.
 
 alpha(x) = sum_j w_j UCB(x, c_j) - eps * L(x), with L(x) = max_k ||grad_c UCB(x, c^L_k)||_2
@@ -116,9 +116,9 @@ class WDRBO(Algorithm):
     OPTIONS = {
         "radius_constant": Option(0.3, 0.3, "eps_n = radius_constant / sqrt(n)"),
         "lipschitz_points": Option(100, 100, "uniform context points for L(x), drawn once per run"),
-        # spec 8.8: the code's L(x) adds to the value but not to the Adam gradient; the paper
+        # method §8.8: the code's L(x) adds to the value but not to the Adam gradient; the paper
         # profile differentiates it, so that Adam climbs the acquisition the paper defines.
-        "wdrbo_L_detached": Option(False, True, "L(x) adds to the value, not to Adam's gradient (spec 8.8)"),
+        "wdrbo_L_detached": Option(False, True, "L(x) adds to the value, not to Adam's gradient (method §8.8)"),
         # The code draws the points on the context domain box once per run. The paper profile
         # maps the same uniform draws, at every step, onto the smallest box that holds the
         # domain box and every observed context: the toy's contexts (not clipped) leave [0, 1].

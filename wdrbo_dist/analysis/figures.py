@@ -43,7 +43,7 @@ class FigureItem:
 
 def colour(algorithm: str, order: Sequence[str] = ()) -> str:
     """The colour the algorithm's class declares, else one of EXTRA_COLOURS by its position."""
-    from wdrbo_dist.algorithms import ALGORITHMS
+    from wdrbo_dist.acquisition.registry import ALGORITHMS
 
     declared = ALGORITHMS[algorithm].colour if algorithm in ALGORITHMS else None
     if declared:
@@ -166,7 +166,7 @@ def cumulative_regret_items(data: StudyData, fidelity: str) -> list[FigureItem]:
     return items
 
 
-# --- the general-setting toy (spec 4.9) ------------------------------------------------------------
+# --- the general-setting toy (method §4.9) ------------------------------------------------------------
 
 
 def _argmaxes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -368,7 +368,7 @@ def fidelity_item(data: StudyData) -> FigureItem | None:
     return FigureItem(
         "fidelity_profiles", "Fidelity profiles side by side",
         f"Cumulative regret (mean, 95 % bootstrap band) of the same study in the `{fidelities[0]}` and `{fidelities[1]}` profiles, "
-        "one row per problem with a shared y axis: how much the reference code's faults (spec section 8) change "
+        "one row per problem with a shared y axis: how much the reference code's faults (method §8) change "
         "each method's curve.",
         fig,
     )

@@ -11,9 +11,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from wdrbo_dist.run import RunSpec
-from wdrbo_dist.run_files import spec_from_dict
-from wdrbo_dist.store import ResultStore
+from wdrbo_dist.run.spec import RunSpec
+from wdrbo_dist.storage.run_files import spec_from_dict
+from wdrbo_dist.storage.store import ResultStore
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ Only the store is read: thousands of MLflow queries would be slow and MLflow is 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from wdrbo_dist.records import SUMMED_COLUMNS
-from wdrbo_dist.run import RunSpec
-from wdrbo_dist.store import ResultStore
+from wdrbo_dist.run.records import SUMMED_COLUMNS
+from wdrbo_dist.run.spec import RunSpec
+from wdrbo_dist.storage.store import ResultStore
 
 FINISHED, FAILED, MISSING = "finished", "failed", "missing"
 STATUSES = (FINISHED, FAILED, MISSING)
@@ -29,7 +28,7 @@ CELL = ["fidelity", "problem", "algorithm"]
 
 @dataclass(frozen=True)
 class Metric:
-    """Which regret the summaries show (spec 5.4: both are stored, summaries say which)."""
+    """Which regret the summaries show (method §5.4: both are stored, summaries say which)."""
 
     column: str = "regret"  # "regret": exact optimum; "regret_reference": published constant
     include_initial: bool = True  # count the initial design in the cumulative regret

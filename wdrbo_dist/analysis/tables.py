@@ -28,7 +28,7 @@ ALPHA = 0.05
 
 def algorithm_name(name: str) -> str:
     """The display name the algorithm's class declares (the key itself if it is not registered)."""
-    from wdrbo_dist.algorithms import ALGORITHMS
+    from wdrbo_dist.acquisition.registry import ALGORITHMS
 
     return ALGORITHMS[name].display_name if name in ALGORITHMS else name
 

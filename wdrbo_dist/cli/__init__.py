@@ -1,13 +1,7 @@
 """The `wdrbo-dist` command line: thin parsing over the package's functions.
 
 Bad input prints one line naming the argument and its allowed values, and exits with 2
-before any work starts.
-
-Exit codes: 0 done; 1 some runs failed; 2 bad input (argument, config, unreachable store or
-address); 69 runs lost to the infrastructure or the cluster gone (run the same command again);
-74 the disk filled (finished runs kept, the line says where); 75 `run` refused because another
-driver is at work on the output folder (retry later);
-130 interrupted.
+before any work starts. The exit codes are `wdrbo_dist.errors.ExitCode` (`--help` lists them).
 """
 
 from __future__ import annotations
@@ -16,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from wdrbo_dist.threads import default_thread_environment
+from wdrbo_dist.execution.threads import default_thread_environment
 
 # The driver hands out runs and stores results; every run sets its own threads. One OpenMP /
 # BLAS thread here, fixed before NumPy or torch is first imported, keeps the driver's thread
@@ -25,6 +19,7 @@ from wdrbo_dist.threads import default_thread_environment
 default_thread_environment(1)
 
 from wdrbo_dist.cli.usage import UsageError, parse_option  # noqa: E402 - after the thread settings
+from wdrbo_dist.errors import ExitCode  # noqa: E402
 
 __all__ = ["UsageError", "build_parser", "main", "parse_option"]
 
@@ -35,7 +30,7 @@ def _add_list(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from wdrbo_dist.algorithms import ALGORITHMS
+    from wdrbo_dist.acquisition.registry import ALGORITHMS
     from wdrbo_dist.problems import PROBLEMS, make_problem
 
     print("problems:")
@@ -52,7 +47,8 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="wdrbo-dist", description=__doc__)
+    epilog = "exit codes: " + "; ".join(f"{code:d} {code.meaning}" for code in ExitCode)
+    parser = argparse.ArgumentParser(prog="wdrbo-dist", description=__doc__, epilog=epilog)
     sub = parser.add_subparsers(dest="command", required=True)
     # Each command group lives in its own module, which adds its subcommands.
     from wdrbo_dist.cli import report, run_one, study
@@ -71,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except UsageError as exc:
         print(f"wdrbo-dist {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED

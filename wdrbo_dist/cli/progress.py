@@ -6,7 +6,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from wdrbo_dist.backends.task import Outcome, Task
+from wdrbo_dist.execution.task import Outcome, Task
 
 Echo = Callable[[str], None]
 

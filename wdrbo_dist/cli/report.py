@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from wdrbo_dist.cli.usage import UsageError
+from wdrbo_dist.cli.usage import UsageError, read_study
+from wdrbo_dist.errors import ExitCode, one_line
 
 METRICS = ("regret", "regret_reference")
 
@@ -35,19 +36,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_report)
 
 
-def _study(path: str):
-    """A study config, or (for a folder) the study its output folder holds."""
-    from wdrbo_dist.analysis.folder_study import study_from_folder
-    from wdrbo_dist.config import ConfigError, load_study_config
-
-    try:
-        return study_from_folder(path) if Path(path).is_dir() else load_study_config(path, validate_runs=False)
-    except (ConfigError, ValueError) as exc:
-        raise UsageError(f"{path}: {exc}") from None
-
-
 def _check_dashboards(folder: str) -> None:
-    from wdrbo_dist.output_folder import FolderUnusable, check_folder
+    from wdrbo_dist.storage.output_folder import FolderUnusable, check_folder
 
     try:
         check_folder(folder, "--dashboards")
@@ -57,11 +47,11 @@ def _check_dashboards(folder: str) -> None:
 
 def _dashboard_write_failed(exc: OSError, folder: Path, command: str) -> int:
     """A write into the dashboard folder failed during work (a full disk): one line, exit 74."""
-    from wdrbo_dist.output_folder import EXIT_IO_ERROR, reason
+    from wdrbo_dist.storage.output_folder import reason
 
     print(f"wdrbo-dist {command}: error: cannot write {exc.filename or folder} ({reason(exc)}); the "
           f"study's store is untouched: free space and run the same command again", file=sys.stderr)
-    return EXIT_IO_ERROR
+    return ExitCode.IO_ERROR
 
 
 def _load_data(args: argparse.Namespace):
@@ -73,8 +63,8 @@ def _load_data(args: argparse.Namespace):
         raise UsageError(f"--metric must be one of {', '.join(METRICS)}, got {args.metric!r}")
     metric = Metric(column=args.metric, include_initial=not args.exclude_initial)
     _check_dashboards(args.dashboards)
-    study = _study(args.config)
-    other = _study(args.compare) if args.compare else None
+    study = read_study(args.config)
+    other = read_study(args.compare) if args.compare else None
     beside = other is not None and bool(study.fidelity) and bool(other.fidelity) and study.fidelity != other.fidelity
     data = load_study([study, other] if beside else [study], metric)
     pair = (load_study([study], metric), load_study([other], metric)) if other is not None else None
@@ -112,7 +102,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from wdrbo_dist.analysis.report import aggregate_cells, build_report, main_table_text, study_folder
-    from wdrbo_dist.analysis.mlflow_report import MlflowDown, MlflowUnavailable, log_report
+    from wdrbo_dist.tracking.publish import MlflowDown, MlflowUnavailable, log_report
 
     study, data, pair = _load_data(args)
     folder = study_folder(Path(args.dashboards), study.name)
@@ -124,7 +114,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(main_table_text(data, tables))
     if pair is not None:  # inside the dashboard folder: MLflow keeps it with the dashboard
         _write_comparison(args, study, pair, page=True)
-    status = 0
+    status = ExitCode.OK
     if args.no_mlflow:
         pass
     elif Path(args.config).is_dir():
@@ -140,15 +130,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         except MlflowDown as exc:
             print(f"MLflow: {exc}; the dashboard is written, nothing logged: run `report` again once it answers",
                   file=sys.stderr)
-            status = 1
+            status = ExitCode.RUNS_FAILED
         except Exception as exc:  # noqa: BLE001 - the dashboard is written; say why MLflow is not
-            message = " ".join(str(exc).split())[:300]
-            print(f"MLflow: logging to {study.tracking_uri} failed: {type(exc).__name__}: {message}", file=sys.stderr)
-            status = 1
+            print(f"MLflow: logging to {study.tracking_uri} failed: {one_line(exc, named=True)}", file=sys.stderr)
+            status = ExitCode.RUNS_FAILED
         else:
             print(f"MLflow: dashboard logged to parent run {ids['parent_run_id']} and "
                   f"{len(ids['aggregate_run_ids'])} aggregate runs (tag role=aggregate) in {study.tracking_uri}")
-            from wdrbo_dist.mlflow_views import ui_lines
+            from wdrbo_dist.tracking.views import ui_lines
 
             for line in ui_lines({"the runs": ids["runs_view"], **ids["comparison_views"]}, study.tracking_uri):
                 print(line)

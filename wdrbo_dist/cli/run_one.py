@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from wdrbo_dist.cli.usage import UsageError, parse_option
+from wdrbo_dist.errors import ExitCode
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +33,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run_one(args: argparse.Namespace) -> int:
-    from wdrbo_dist.run import RunSpec, run_one, validate_spec
+    from wdrbo_dist.run.spec import RunSpec, validate_spec
+    from wdrbo_dist.run.loop import run_one
 
     options = dict(parse_option(o) for o in args.option)
     spec = RunSpec.make(
@@ -51,7 +53,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     if not args.out.endswith(".parquet"):
         raise UsageError(f"--out must name a .parquet file, got {args.out!r}")
-    from wdrbo_dist.output_folder import FolderUnusable, check_folder
+    from wdrbo_dist.storage.output_folder import FolderUnusable, check_folder
 
     try:
         if Path(args.out).is_dir():
@@ -60,7 +62,7 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
     except FolderUnusable as exc:
         raise UsageError(str(exc)) from None
     result = run_one(spec, progress=not args.quiet, capture_errors=False)
-    from wdrbo_dist.atomic import write_parquet_atomic
+    from wdrbo_dist.storage.atomic import write_parquet_atomic
 
     try:
         write_parquet_atomic(result.records, args.out)
@@ -76,8 +78,8 @@ def _cmd_run_one(args: argparse.Namespace) -> int:
 
 def _keep(result, out: str, exc: OSError) -> int:
     """The run finished but `out` cannot be written: its records go elsewhere, named in one line."""
-    from wdrbo_dist.atomic import write_parquet_atomic
-    from wdrbo_dist.output_folder import EXIT_IO_ERROR, keep_elsewhere, reason
+    from wdrbo_dist.storage.atomic import write_parquet_atomic
+    from wdrbo_dist.storage.output_folder import keep_elsewhere, reason
 
     name = Path(out).name
     folder, why = keep_elsewhere(result.spec.label.replace("|", "_"),
@@ -85,4 +87,4 @@ def _keep(result, out: str, exc: OSError) -> int:
     kept = f"the records are in {folder / name}" if folder is not None else f"the records are lost too ({why})"
     print(f"wdrbo-dist run-one: error: cannot write {out} ({reason(exc)}); the run "
           f"finished and {kept}", file=sys.stderr)
-    return EXIT_IO_ERROR
+    return ExitCode.IO_ERROR

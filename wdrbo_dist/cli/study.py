@@ -7,14 +7,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wdrbo_dist.cli.usage import UsageError
+from wdrbo_dist.cli.usage import UsageError, read_study
+from wdrbo_dist.errors import ExitCode, one_line
 
 if TYPE_CHECKING:
-    from wdrbo_dist.study import StudyReport
-
-# `run` while another driver holds the output folder: not bad input (2) but "busy, try again
-# later", sysexits.h's EX_TEMPFAIL, so that a job wrapper can tell the two apart.
-EXIT_IN_USE = 75
+    from wdrbo_dist.driver.report import StudyReport
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +26,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=cmd_run)
 
     p = sub.add_parser("status", help="a done / failed / missing matrix of a study")
-    p.add_argument("config")
+    p.add_argument("config", help="a study YAML file, or a study's output folder")
     p.set_defaults(handler=cmd_status)
 
     p = sub.add_parser("submit", help="submit a study to a Ray cluster through the Ray Jobs API")
@@ -44,7 +41,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _load(path: str, validate_runs: bool = True):
-    from wdrbo_dist.config import ConfigError, load_study_config
+    from wdrbo_dist.study.config import ConfigError, load_study_config
 
     try:
         return load_study_config(path, validate_runs=validate_runs)
@@ -58,8 +55,7 @@ def _stderr(line: str) -> None:
 
 def report_lines(report: "StudyReport") -> list[str]:
     """The end-of-study summary of a `StudyReport`: counts, then one line per run to look at."""
-    from wdrbo_dist.mlflow_views import ui_lines
-    from wdrbo_dist.study import EXIT_UNAVAILABLE
+    from wdrbo_dist.tracking.views import ui_lines
 
     p = report.plan
     out = [
@@ -70,22 +66,20 @@ def report_lines(report: "StudyReport") -> list[str]:
     ]
     if report.cluster_gone:
         out.append(f"cluster gone: {report.cluster_gone}; {report.not_done} runs not done, every finished run "
-                   f"is in the store; run the same command again when the cluster is back (exit {EXIT_UNAVAILABLE})")
+                   f"is in the store; run the same command again when the cluster is back (exit {ExitCode.UNAVAILABLE:d})")
     elif report.write_error:
-        from wdrbo_dist.output_folder import EXIT_IO_ERROR
-
         out.append(f"output folder not writable: {report.write_error}; the runs in flight were cancelled, "
                    f"{report.not_done} runs not done, every run stored before is kept"
                    f"{'; ' + report.kept_elsewhere if report.kept_elsewhere else ''}; "
-                   f"free space and run the same command again (exit {EXIT_IO_ERROR})")
+                   f"free space and run the same command again (exit {ExitCode.IO_ERROR:d})")
     elif report.interrupted:
         out.append(f"interrupted: {report.not_done} runs not done; run the same command again to finish them")
     for outcome in report.lost:
         out.append(f"LOST {outcome.task.spec.label} [{outcome.task.spec.run_key}] after {outcome.attempts} "
-                   f"attempts: {outcome.lost[:200]} (not FAILED: the same command runs it again)")
+                   f"attempts: {one_line(outcome.lost)} (not FAILED: the same command runs it again)")
     for result in report.failed:
         last = (result.error or "").strip().splitlines()[-1:] or ["(no traceback)"]
-        out.append(f"FAILED {result.spec.label} [{result.spec.run_key}]: {last[0][:200]}")
+        out.append(f"FAILED {result.spec.label} [{result.spec.run_key}]: {one_line(last[0])}")
     for spec in p.failed:
         out.append(f"FAILED before {spec.label} [{spec.run_key}] (re-run with --rerun-failed)")
     if report.failed or p.failed:
@@ -99,7 +93,7 @@ def report_lines(report: "StudyReport") -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from wdrbo_dist.backend_names import BACKENDS
+    from wdrbo_dist.execution.names import BACKENDS
 
     if args.backend is not None and args.backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}")
@@ -109,10 +103,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     backend = args.backend or study.backend
     if args.address and backend != "ray":
         raise UsageError(f"--address applies to the ray backend only (backend is {backend}); add --backend ray")
-    from wdrbo_dist.backends.ray_backend import ClusterUnreachable
-    from wdrbo_dist.folder_lock import FolderInUse
-    from wdrbo_dist.output_folder import EXIT_IO_ERROR, FolderUnusable, OtherStudy, OutputWriteError, check_folder
-    from wdrbo_dist.study import run_study
+    from wdrbo_dist.execution.ray_backend import ClusterUnreachable
+    from wdrbo_dist.storage.lock import FolderInUse
+    from wdrbo_dist.storage.output_folder import FolderUnusable, OtherStudy, OutputWriteError, check_folder
+    from wdrbo_dist.driver.study import run_study
     from wdrbo_dist.tracking.connection import TrackingError
 
     from wdrbo_dist.cli.ctrl_c import CtrlC
@@ -132,15 +126,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     except FolderInUse as exc:
         print(f"wdrbo-dist run: error: {exc}", file=sys.stderr)
-        return EXIT_IN_USE
+        return ExitCode.IN_USE
     except OutputWriteError as exc:
         print(f"wdrbo-dist run: error: {exc}; no run started; free space and run again", file=sys.stderr)
-        return EXIT_IO_ERROR
+        return ExitCode.IO_ERROR
     for line in report_lines(report):
         print(line, flush=True)
     mention(log)
     if report.cluster_gone:
-        from wdrbo_dist.backends.ray_backend import exit_if_abandoned
+        from wdrbo_dist.execution.ray_backend import exit_if_abandoned
 
         exit_if_abandoned(report.exit_code)
     return report.exit_code
@@ -149,7 +143,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def status_matrix(study) -> list[str]:
     """Rows problem x columns algorithm, each cell `done/failed/missing` over the seeds; then
     one line per damaged run (counted missing: `run` sets its files aside and runs it again)."""
-    from wdrbo_dist.plan import study_status
+    from wdrbo_dist.driver.plan import study_status
 
     status = study_status(study)
     width = max(len(p) for p in study.problems) + 2
@@ -173,7 +167,7 @@ def status_matrix(study) -> list[str]:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    study = _load(args.config, validate_runs=False)
+    study = read_study(args.config)
     for line in status_matrix(study):
         print(line)
     return 0
@@ -185,7 +179,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be an integer >= 1, got {args.workers}")
     study = _load(args.config)  # validated here, before anything is uploaded
-    from wdrbo_dist.submit import SubmitError, check_durable, submit_study
+    from wdrbo_dist.execution.submit import SubmitError, check_durable, submit_study
 
     try:
         check_durable(study.raw)  # results never go to Ray's temporary job folder

@@ -1,6 +1,13 @@
-"""What every command shares: the one-line usage error (exit 2) and `--option KEY=VALUE`."""
+"""What every command shares: the one-line usage error (exit 2), `--option KEY=VALUE`, and reading
+a study from its YAML file or from the output folder it left."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wdrbo_dist.study.spec import StudySpec
 
 
 class UsageError(Exception):
@@ -21,3 +28,14 @@ def parse_option(text: str) -> tuple[str, bool | int | float | str]:
         except ValueError:
             pass
     return key.strip(), raw
+
+
+def read_study(path: str) -> "StudySpec":
+    """A study config, or (for a folder) the study its output folder holds; a bad one is a `UsageError`."""
+    from wdrbo_dist.analysis.folder_study import study_from_folder
+    from wdrbo_dist.study.config import ConfigError, load_study_config
+
+    try:
+        return study_from_folder(path) if Path(path).is_dir() else load_study_config(path, validate_runs=False)
+    except (ConfigError, ValueError) as exc:
+        raise UsageError(f"{path}: {exc}") from None

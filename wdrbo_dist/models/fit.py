@@ -1,4 +1,4 @@
-"""The MAP fit of the GP of spec 1.4 (`fit_gp`): L-BFGS-B on the MAP objective from the priors'
+"""The MAP fit of the GP of method §1.4 (`fit_gp`): L-BFGS-B on the MAP objective from the priors'
 modes, retried from draws of the priors as BoTorch does."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torch import Tensor
 from wdrbo_dist.models.gp import GaussianProcess
 from wdrbo_dist.models.lbfgsb import minimize_lbfgsb
 from wdrbo_dist.models.map_objective import FAILED_OBJECTIVE, LENGTHSCALE_MIN, NOISE_MIN, NOISE_PRIOR, lengthscale_prior
-from wdrbo_dist.settings import CPU, NumericalSettings
+from wdrbo_dist.models.settings import CPU, NumericalSettings
 
 MAX_FIT_ATTEMPTS = 5
 
@@ -38,7 +38,7 @@ class FitReport:
 def fit_gp(
     train_x: Tensor, train_y: Tensor, generator: torch.Generator, settings: NumericalSettings = CPU,
 ) -> tuple[GaussianProcess, FitReport]:
-    """MAP-fit the GP of spec 1.4 on (train_x, train_y) from the prior modes, the objective in
+    """MAP-fit the GP of method §1.4 on (train_x, train_y) from the prior modes, the objective in
     numba kernels on the host (models/compiled_fit.py) on every device. `settings`: the run's
     numerical routes, which the fitted model takes for context sets.
 

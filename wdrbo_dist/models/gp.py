@@ -1,4 +1,4 @@
-"""The GP surrogate of spec 1.4, written for speed on small data.
+"""The GP surrogate of method §1.4, written for speed on small data.
 
 BoTorch's default `SingleTaskGP` (the reference's): RBF-ARD kernel, unit prior variance,
 LogNormal(sqrt(2) + ln(D)/2, sqrt(3)) lengthscale priors (>= 0.025), a LogNormal(-4, 1) noise
@@ -20,7 +20,7 @@ from torch import Tensor
 
 from wdrbo_dist.models.kernel import VARIANCE_FLOOR, rbf
 from wdrbo_dist.models.pair_routes import PairRoutes
-from wdrbo_dist.settings import CPU, NumericalSettings
+from wdrbo_dist.models.settings import CPU, NumericalSettings
 
 
 class GaussianProcess(PairRoutes):
@@ -99,7 +99,7 @@ class GaussianProcess(PairRoutes):
 
         For the RBF kernel, d k(z, x_i)/dz = -k(z, x_i) (z - x_i)/l^2, so
         d mu = sum_i alpha_i d k_i and d var = -2 sum_i d k_i (K^{-1} k)_i. This is exact, and
-        cheaper than a backward pass (used for WDRBO's Lipschitz constant, spec 3.1).
+        cheaper than a backward pass (used for WDRBO's Lipschitz constant, method §3.1).
         Returns (ucb [...], grad [..., len(dims)]). Differentiable w.r.t. z as well.
         """
         shape = z.shape[:-1]

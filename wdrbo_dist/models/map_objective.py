@@ -1,4 +1,4 @@
-"""The GP's MAP objective's priors, BoTorch's of spec 1.4, and its bounds; the objective,
+"""The GP's MAP objective's priors, BoTorch's of method §1.4, and its bounds; the objective,
 -(log N(y | m, K + s2 I) + log priors) / n with its analytic gradient: compiled_fit.py."""
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The test-problem registry: a problem is one module plus one line in `PROBLEMS`."""
+"""Problems layer: one module per test-problem family and the registry (`PROBLEMS`): a new problem is
+one module plus one line here. Imports nothing of the package: no GP, no algorithm.
+"""
 
 from __future__ import annotations
 

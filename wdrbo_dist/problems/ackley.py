@@ -1,4 +1,4 @@
-"""Ackley (spec 4.1): d_x = 2, d_c = 1, the code's dimensions (the paper's table says d_x = 1)."""
+"""Ackley (method §4.1): d_x = 2, d_c = 1, the code's dimensions (the paper's table says d_x = 1)."""
 
 from __future__ import annotations
 

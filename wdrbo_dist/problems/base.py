@@ -1,9 +1,9 @@
 """The `Problem` contract: what a BO run needs to know about a test problem.
 
 A problem knows its decision and context spaces, how the environment draws a context and
-answers a query (spec 1.1), the true expectation E_{c~P*}[f(x, c)] by the spec's fixed QMC
+answers a query (method §1.1), the true expectation E_{c~P*}[f(x, c)] by the fixed QMC
 rule, and that expectation's exact optimum; nothing of GPs, algorithms, Ray or MLflow.
-Conventions (spec 0 and 4): `x` in `decision_bounds` (the unit box, [-1, 1] for the
+Conventions (method §0 and §4): `x` in `decision_bounds` (the unit box, [-1, 1] for the
 general-setting toy), `c` in `context_bounds`; everything is maximisation; all tensors are
 float64 and randomness comes only from the CPU `torch.Generator` passed in, so a run gives the
 same numbers on every device.
@@ -25,7 +25,7 @@ DTYPE = torch.float64
 
 @dataclass(frozen=True)
 class Observation:
-    """What the environment returns for a batch of decisions (spec 1.1)."""
+    """What the environment returns for a batch of decisions (method §1.1)."""
 
     y: Tensor  # [b] observed values f(x, c)
     context: Tensor  # [b, d_c] the context returned to the learner (may differ from the one f used)
@@ -77,24 +77,24 @@ class Problem(abc.ABC):
         """
 
     def observe(self, x: Tensor, generator: torch.Generator) -> Observation:
-        """The environment of spec 1.1: a fresh context per row, y = f(x, c), no noise."""
+        """The environment of method §1.1: a fresh context per row, y = f(x, c), no noise."""
         c = self.sample_context(x.shape[0], generator)
         return Observation(y=self.evaluate(x, c), context=c)
 
     # --- the truth ----------------------------------------------------------------------------
     @abc.abstractmethod
     def expected_value(self, x: Tensor) -> Tensor:
-        """E_{c~P*}[f(x, c)] by the spec's deterministic QMC rule, vectorised: [b, d_x] -> [b]."""
+        """E_{c~P*}[f(x, c)] by the deterministic QMC rule, vectorised: [b, d_x] -> [b]."""
 
     optimal_value: float
-    """max_x E[f(x, .)] under the same QMC rule (spec section 4); a class attribute, or a property
+    """max_x E[f(x, .)] under the same QMC rule (method §4); a class attribute, or a property
     where it depends on the fidelity profile (SixHumpCamel)."""
 
     optimal_x: tuple[float, ...]
     """An argmax of the expectation."""
 
     reference_optimal_value: float
-    """The published code's hard-coded `max_stochastic` constant (spec 5.2)."""
+    """The published code's hard-coded `max_stochastic` constant (method §5.2)."""
 
     def optimum(self) -> tuple[Tensor, float]:
         """The exact optimum (argmax, value) used for the regret in this fidelity profile."""
@@ -122,7 +122,7 @@ def missing_constants(cls: type[Problem]) -> list[str]:
 def sobol_points(n: int, dim: int) -> Tensor:
     """The first `n` points of the unscrambled Sobol sequence in `dim` dimensions (float64).
 
-    This is the QMC rule of spec section 4 (its first point is the origin).
+    This is the QMC rule of method §4 (its first point is the origin).
     """
     engine = torch.quasirandom.SobolEngine(dimension=dim, scramble=False)
     return engine.draw(n, dtype=DTYPE)

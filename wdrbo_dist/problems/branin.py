@@ -1,4 +1,4 @@
-"""Modified Branin (spec 4.3): d_x = 2, d_c = 2, a product of two Branin copies."""
+"""Modified Branin (method §4.3): d_x = 2, d_c = 2, a product of two Branin copies."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The camel functions (spec 4.7, 4.8): d_x = 1, d_c = 1, both always return the negated camel."""
+"""The camel functions (method §4.7, §4.8): d_x = 1, d_c = 1, both always return the negated camel."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Pieces shared by the problems: context laws, the spec's QMC rule, chunked averaging.
+"""Pieces shared by the problems: context laws, the QMC rule, chunked averaging.
 
-The QMC "truth" of spec section 4 averages f over the first N points of the unscrambled
+The QMC "truth" of method §4 averages f over the first N points of the unscrambled
 Sobol sequence, pushed through the inverse CDF of the context law. Those nodes depend only on
 the problem, so each instance builds them once (lazily) and keeps one copy per device.
 """
@@ -47,7 +47,7 @@ def clamped_normal_sample(n: int, dim: int, mean: float, std: float, generator: 
 
 
 def normal_qmc_nodes(n: int, dim: int, mean: float, std: float, clamp: bool = True) -> Tensor:
-    """The spec's QMC nodes of a (clamped) normal: Sobol points through the inverse CDF.
+    """The QMC nodes of a (clamped) normal: Sobol points through the inverse CDF.
 
     The first Sobol point is 0, which maps to -inf and then clamps to 0 (harmless).
     """
@@ -103,7 +103,7 @@ def _to_device(value: T, device: torch.device) -> T:
 
 
 class QMCProblem(Problem):
-    """A problem whose truth is the spec's QMC average over `qmc_size` fixed context nodes.
+    """A problem whose truth is the QMC average over `qmc_size` fixed context nodes.
 
     Subclasses say how to build the nodes; `expected_value` then averages `evaluate` over
     them in chunks. Problems with a cheaper exact rearrangement of the same sum override it.

@@ -1,4 +1,4 @@
-"""Hartmann-6 (spec 4.2): d_x = 5, d_c = 1, the context is the last coordinate."""
+"""Hartmann-6 (method §4.2): d_x = 5, d_c = 1, the context is the last coordinate."""
 
 from __future__ import annotations
 

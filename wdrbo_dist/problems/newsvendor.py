@@ -1,4 +1,4 @@
-"""Newsvendor, the code's `Continuous_Vendor` (spec 4.4): d_x = 1, d_c = 1, Burr XII demand."""
+"""Newsvendor, the code's `Continuous_Vendor` (method §4.4): d_x = 1, d_c = 1, Burr XII demand."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def burr12_icdf(v: Tensor) -> Tensor:
 class Newsvendor(QMCProblem):
     """Profit 9 min(c, x) - 5 x + max(0, x - c) of an order x against the clamped demand c.
 
-    Quirk of the code (spec 8.17): the learner is shown the unclamped demand, f uses the
+    Quirk of the code (method §8.17): the learner is shown the unclamped demand, f uses the
     clamped one. For x in [0, 1] clamping at 1 does not change f, so this is cosmetic.
     """
 

@@ -1,4 +1,4 @@
-"""Portfolio problems (spec 4.5, 4.6): d_x = 3, d_c = 2, a fixed GP posterior mean as the simulator.
+"""Portfolio problems (method §4.5, §4.6): d_x = 3, d_c = 2, a fixed GP posterior mean as the simulator.
 
 The surrogate s(u), u = [x1, x2, x3, c1, c2], is the posterior mean of an RBF GP fitted to 3,000
 simulator runs (package data). It is computed in float64 with one Cholesky solve per process

@@ -1,4 +1,4 @@
-"""The paper's general-setting toy problem (spec 4.9, Project decision 5), a reconstruction.
+"""The paper's general-setting toy problem (method §4.9, method §9.5), a reconstruction.
 
 f(x, c) = 1 - |c - 0.5| / (|x| + 0.2) - sqrt(|x| + 0.05), x in [-1, 1]. The environment draws
 c ~ P* = N(0.6, 0.2^2), not clipped; the learner is given the centre N(0.5, 0.1^2) and radius 0.1.

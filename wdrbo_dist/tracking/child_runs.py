@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wdrbo_dist import __version__
-from wdrbo_dist.run import RunResult, RunSpec
+from wdrbo_dist.run.spec import RunResult, RunSpec
 from wdrbo_dist.tracking.connection import (
     BATCH, FAILED, FINISHED, TrackingError, apply_client_settings, chunks, mlflow_client, server_answers,
 )

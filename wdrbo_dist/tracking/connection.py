@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wdrbo_dist.mlflow_views import View
+from wdrbo_dist.errors import one_line
+from wdrbo_dist.tracking.views import View
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -102,10 +103,6 @@ def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
             )
         return
     raise TrackingError(f"tracking_uri {uri}: unsupported; use sqlite:///PATH or http(s)://HOST:PORT")
-
-
-def one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300] or type(exc).__name__
 
 
 def chunks(items: list, size: int) -> Iterator[list]:

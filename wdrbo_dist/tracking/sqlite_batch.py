@@ -6,7 +6,7 @@ inserts finished runs' rows straight into MLflow's tables (the pinned version's 
 first) in batches, rows each worker built (`SqliteRows`, the study's hook), and reads the study's
 child runs with one query. A run appears as the client would log it (tags, params, per-step and
 final metrics, ended FINISHED), without the records artifact (the store holds the records);
-tests/test_tracking.py reads such runs back with MLflow's client.
+tests/tracking/test_study_tracker.py reads such runs back with MLflow's client.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from wdrbo_dist.run import RunResult
+from wdrbo_dist.run.spec import RunResult
 from wdrbo_dist.tracking.child_runs import run_metrics, run_tags
 
 if TYPE_CHECKING:

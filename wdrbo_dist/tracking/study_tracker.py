@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from wdrbo_dist import __version__
-from wdrbo_dist.atomic import write_json_atomic
-from wdrbo_dist.mlflow_views import study_view, ui_address
-from wdrbo_dist.run import RunResult
+from wdrbo_dist.storage.atomic import write_json_atomic
+from wdrbo_dist.tracking.views import study_view, ui_address
+from wdrbo_dist.run.spec import RunResult
 from wdrbo_dist.tracking import connection
 from wdrbo_dist.tracking.child_runs import WorkerTracking, finish_child_run, log_child_run
 from wdrbo_dist.tracking.sqlite_batch import ChildRunRows, SqliteBatch, SqliteRows, child_runs_by_key
@@ -27,8 +27,8 @@ from wdrbo_dist.tracking.connection import (
 )
 
 if TYPE_CHECKING:
-    from wdrbo_dist.store import ResultStore
-    from wdrbo_dist.study_spec import StudySpec
+    from wdrbo_dist.storage.store import ResultStore
+    from wdrbo_dist.study.spec import StudySpec
 
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 # A sqlite store gets finished runs in batches (`sqlite_batch`): this many, or every few seconds.
