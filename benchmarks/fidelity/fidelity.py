@@ -35,6 +35,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,24 +44,24 @@ from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from wdrbo_dist.execution.threads import default_thread_environment  # noqa: E402
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmarks` when run as a file
 
-default_thread_environment(1)
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from scipy.stats import mannwhitneyu  # noqa: E402
+import numpy as np
+import torch
+from scipy.stats import mannwhitneyu
 
-from published import PublishedCode, PublishedRun, record_in_ledger  # noqa: E402
-from wdrbo_dist.acquisition.registry import ALGORITHMS  # noqa: E402
-from wdrbo_dist.analysis.statistics import (  # noqa: E402
+from benchmarks.fidelity.published import PublishedCode, PublishedRun, record_in_ledger
+from wdrbo_dist.acquisition.registry import ALGORITHMS
+from wdrbo_dist.analysis.statistics import (
     holm, mean_se, paired_wilcoxon, ratio_of_means_interval, significant_digits_format,
 )
-from wdrbo_dist.execution.backends import map_tasks  # noqa: E402
-from wdrbo_dist.execution.task import Task  # noqa: E402
-from wdrbo_dist.problems import PROBLEMS, make_problem  # noqa: E402
-from wdrbo_dist.run.spec import RunSpec  # noqa: E402
-from wdrbo_dist.driver.study import run_captured  # noqa: E402
+from wdrbo_dist.execution.backends import map_tasks
+from wdrbo_dist.execution.task import Task
+from wdrbo_dist.problems import PROBLEMS, make_problem
+from wdrbo_dist.run.spec import RunSpec
+from wdrbo_dist.driver.study import run_captured
 
 FIRST_SEED = 200
 EVALUATIONS, INIT_SIZE = 100, 2
@@ -253,7 +254,7 @@ def phases(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[
 def run_ours_at(revision: str, cells: list[tuple[str, str]], seeds: list[int], cache: Path, workers: int) -> Path:
     """Our side with the package as it is at `revision` (a scratch git worktree, this script),
     cached in CACHE/at-<commit>; returns that cache."""
-    root = Path(__file__).resolve().parents[2]
+    root = harness.ROOT
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", f"{revision}^{{commit}}"],
                             capture_output=True, text=True)
     if commit.returncode != 0:
@@ -263,6 +264,9 @@ def run_ours_at(revision: str, cells: list[tuple[str, str]], seeds: list[int], c
         tree = Path(scratch) / "tree"
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), commit.stdout.strip()],
                        check=True, capture_output=True)
+        # The tree gives the package as it was; the benchmarks (this script, published.py, the
+        # harness) stay this checkout's, which the script puts at the end of sys.path.
+        shutil.rmtree(tree / "benchmarks", ignore_errors=True)
         try:
             command = [sys.executable, __file__, "--only", "ours", "--cache", str(then), "--seeds", str(len(seeds)),
                        "--workers", str(workers), "--cells", *[f"{a}:{p}" for a, p in cells]]
@@ -323,13 +327,11 @@ def parse_cells(values: list[str] | None) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--published", help="folder of the published code (unmodified, commit 75f891a); "
-                                             "not needed with --only ours or --table-only")
-    parser.add_argument("--published-python", help="its venv's python (default: PUBLISHED/venv/bin/python)")
-    parser.add_argument("--cache", default=os.path.expanduser("~/.cache/wdrbo-dist/fidelity"))
-    parser.add_argument("--seeds", type=int, default=10, help=f"seeds {FIRST_SEED}, {FIRST_SEED + 1}, ...")
+    harness.add_published_arguments(parser, help="folder of the published code (unmodified, commit 75f891a); "
+                                                  "not needed with --only ours or --table-only")
+    harness.add_seeds(parser, 10, help=f"seeds {FIRST_SEED}, {FIRST_SEED + 1}, ...")
     parser.add_argument("--cells", nargs="*", help="ALGORITHM:PROBLEM (default: the issue's target cells)")
-    parser.add_argument("--workers", type=int, default=2, help="parallel runs of each code")
+    harness.add_workers(parser, help="parallel runs of each code")
     parser.add_argument("--table-only", action="store_true", help="print what the cache holds, run nothing")
     parser.add_argument("--only", choices=["ours", "published"], help="run one code's side only")
     parser.add_argument("--phases", action="store_true",

@@ -32,32 +32,31 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-from wdrbo_dist.execution.threads import default_thread_environment  # noqa: E402
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmarks` when run as a file
 
-default_thread_environment(1)
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-import wdrbo_dist.acquisition.drbo_kde as drbo_kde_module  # noqa: E402
-import wdrbo_dist.acquisition.sbo_kde as sbo_kde_module  # noqa: E402
-from fidelity import FIRST_SEED  # noqa: E402
-from published import ALGORITHMS as PUBLISHED_NAMES, PROBLEMS as PUBLISHED_PROBLEMS, PublishedCode, PublishedRun  # noqa: E402
-from wdrbo_dist.acquisition.base import BOState  # noqa: E402
-from wdrbo_dist.acquisition.kde import kde_samples  # noqa: E402
-from wdrbo_dist.acquisition.optimize import maximize_acquisition  # noqa: E402
-from wdrbo_dist.acquisition.sobol import scrambled_sobol  # noqa: E402
-from wdrbo_dist.acquisition.registry import make_algorithm  # noqa: E402
-from wdrbo_dist.cli import parse_option  # noqa: E402
-from wdrbo_dist.cli.usage import UsageError  # noqa: E402
-from wdrbo_dist.models.compiled_fit import CompiledMapObjective  # noqa: E402
-from wdrbo_dist.models.fit import fit_gp, standardize  # noqa: E402
-from wdrbo_dist.models.map_objective import lengthscale_prior  # noqa: E402
-from wdrbo_dist.problems import make_problem  # noqa: E402
-from wdrbo_dist.models.settings import NumericalSettings  # noqa: E402
+import wdrbo_dist.acquisition.drbo_kde as drbo_kde_module
+import wdrbo_dist.acquisition.sbo_kde as sbo_kde_module
+from benchmarks.fidelity.fidelity import FIRST_SEED
+from benchmarks.fidelity.published import ALGORITHMS as PUBLISHED_NAMES, PROBLEMS as PUBLISHED_PROBLEMS, PublishedCode, PublishedRun
+from wdrbo_dist.acquisition.base import BOState
+from wdrbo_dist.acquisition.kde import kde_samples
+from wdrbo_dist.acquisition.optimize import maximize_acquisition
+from wdrbo_dist.acquisition.sobol import scrambled_sobol
+from wdrbo_dist.acquisition.registry import make_algorithm
+from wdrbo_dist.models.compiled_fit import CompiledMapObjective
+from wdrbo_dist.models.fit import fit_gp, standardize
+from wdrbo_dist.models.map_objective import lengthscale_prior
+from wdrbo_dist.problems import make_problem
+from wdrbo_dist.models.settings import NumericalSettings
 
 CANDIDATES = 256
 
@@ -103,7 +102,7 @@ def published_history(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Ten
 
 def our_history(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(x, c, y) of our `reference` run of this cell and seed, run here (the fidelity protocol)."""
-    from fidelity import our_spec
+    from benchmarks.fidelity.fidelity import our_spec
     from wdrbo_dist.run.records import c_columns, x_columns
     from wdrbo_dist.run.loop import run_one
 
@@ -119,7 +118,7 @@ def our_history(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, t
 def replay(args: argparse.Namespace) -> None:
     code = PublishedCode.at(args.published, args.published_python)
     x, c, y = (our_history if args.history == "ours" else published_history)(args)
-    options = dict(parse_option(o) for o in args.option)  # our side only: a variant to compare
+    options = dict(args.option)  # our side only: a variant to compare
     problem = make_problem(args.problem, "reference")
     steps = [t for t in args.steps if 2 <= t <= x.shape[0]]
     candidates = scrambled_sobol(CANDIDATES, problem.dim_x, torch.Generator().manual_seed(7))
@@ -189,24 +188,20 @@ def replay(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--published", required=True)
-    parser.add_argument("--published-python")
-    parser.add_argument("--cache", default=str(Path("~/.cache/wdrbo-dist/fidelity").expanduser()))
+    harness.add_published_arguments(parser, required=True)
     parser.add_argument("--algorithm", required=True, choices=list(PUBLISHED_NAMES))
     parser.add_argument("--problem", required=True, choices=list(PUBLISHED_PROBLEMS))
     parser.add_argument("--seed", type=int, default=FIRST_SEED)
     parser.add_argument("--steps", type=int, nargs="+", default=[5, 10, 20, 40, 70, 99])
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="an option of our algorithm for our side (e.g. mmd_solver=SCS)")
+    harness.add_option(parser, help="an option of our algorithm for our side (e.g. mmd_solver=SCS)")
     parser.add_argument("--history", choices=["published", "ours"], default="published",
                         help="whose run's observations both codes are given (ours: our reference run, run here)")
     parser.add_argument("--repeats", type=int, default=8, help="optimiser runs per step and code")
     args = parser.parse_args()
     try:
         PublishedCode.at(args.published, args.published_python)
-        options = dict(parse_option(o) for o in args.option)
-        make_algorithm(args.algorithm, make_problem(args.problem, "reference"), "reference", options)
-    except (ValueError, UsageError) as error:
+        make_algorithm(args.algorithm, make_problem(args.problem, "reference"), "reference", dict(args.option))
+    except ValueError as error:
         parser.error(str(error))  # one line, exit 2, before any work
     replay(args)
 

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from tests.analysis.fakes import fill_store
-from test_analysis_cli import regret_of, write_config
+from tests.analysis.test_cli import regret_of, write_config
 from wdrbo_dist.analysis.comparison import compare_cells, paired_ratio_interval
 from wdrbo_dist.analysis.folder_study import study_from_folder
 from wdrbo_dist.analysis.load import load_study

@@ -87,6 +87,8 @@ def test_library_notices_go_to_the_log_and_their_errors_still_show(tmp_path, cap
 
 def test_list_shows_only_the_options_an_algorithm_reads(capsys) -> None:
     """Random search fits no GP and maximises no acquisition: `list` shows none of their options."""
+    from wdrbo_dist.cli import main
+
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     random_block = out.split("  random ", 1)[1].split("\n  ", 1)[0]

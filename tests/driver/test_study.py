@@ -78,6 +78,17 @@ def test_a_raising_run_is_recorded_failed_named_and_the_others_finish(tmp_path, 
     status = capsys.readouterr().out.splitlines()
     assert [line.split() for line in status[-3:]] == [
         ["raises", "0/2/0"], ["newsvendor", "2/0/0"], ["total:", "2", "done,", "2", "failed,", "0", "missing", "of", "4"]]
+    # `status` of the output folder, as `summarize` and `report` take it: the same matrix.
+    assert main(["status", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().out.splitlines()[-3:] == status[-3:]
+
+
+def test_the_start_line_of_a_serial_study_names_no_workers(tmp_path):
+    lines: list[str] = []
+    run_study(parse_study_config(study_data(tmp_path, problems=["newsvendor"], seeds=[1], tracking_uri="none",
+                                            workers=2)), echo=lines.append)
+    assert any("1 to run on serial in this process" in line for line in lines), lines
+    assert not any("workers" in line for line in lines)
 
 
 def test_resume_runs_only_what_is_missing_and_force_runs_everything(tmp_path):

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from wdrbo_dist.execution.backends import local, map_tasks, ray_backend
+from wdrbo_dist.execution import local, ray_backend
+from wdrbo_dist.execution.backends import map_tasks
 from wdrbo_dist.cli.study import report_lines
 from wdrbo_dist.study.config import parse_study_config
 from wdrbo_dist.storage.store import ResultStore

@@ -1,6 +1,6 @@
 """Real servers for the integration tests, shared per session: a two-node Ray cluster and an
 MLflow tracking server, both on 127.0.0.1, both stopped by PID in the finalizers (see
-tests/support/local_servers.py, which benchmarks/chaos.py shares)."""
+tests/support/local_servers.py, which benchmarks/runner/chaos.py shares)."""
 
 from __future__ import annotations
 

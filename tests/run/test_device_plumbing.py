@@ -22,7 +22,7 @@ from wdrbo_dist.run.loop import run_one
 
 HOST_MOVES = {torch.Tensor.cpu, torch.Tensor.numpy, torch.Tensor.tolist}
 ON_PURPOSE = {
-    ("run.py", "evaluate"): "the observation and its expected value go to the records",
+    ("run/loop.py", "evaluate"): "the observation and its expected value go to the records",
     ("acquisition/optimize.py", "boltzmann_starts"):
         "start points are drawn with the algorithm stream's CPU generator: the same starts on every device",
     ("acquisition/optimize.py", "_window_weights"):
@@ -39,7 +39,7 @@ ON_PURPOSE = {
     ("acquisition/drbo_mmd.py", "worst_case"): "DRBO-MMD's conic program is solved on the CPU",
     ("acquisition/mmd_minimax.py", "closed_form"):
         "the minimax's compiled Adam closed form takes the compiled pair kernel's CPU tensors only",
-    ("acquisition/mmd_minimax_kernel.py", "minimax_step"):
+    ("acquisition/mmd/minimax_kernel.py", "minimax_step"):
         "the minimax's compiled Adam closed form takes the compiled pair kernel's CPU tensors only",
     ("acquisition/drbo_kde.py", "_solved"): "DRBO-KDE's LP route (drbokde_closed_form: false) is solved on the CPU",
     ("models/compiled_ucb.py", "host_arrays"): "the compiled Adam step (NumericalSettings.adam_pass) is built for CPU tensors only",
@@ -51,7 +51,7 @@ ON_PURPOSE = {
     ("models/compiled_pairs.py", "__call__"): "the compiled minimum over fresh contexts runs on CPU tensors only",
     ("models/pair_routes.py", "_ucb_without_gradient"):
         "the screening pass's compiled elementwise passes take CPU float64 tensors only (elsewhere, torch's)",
-    ("acquisition/mmd_common.py", "context_gram"):
+    ("acquisition/mmd/grid.py", "context_gram"):
         "the grid Gram matrix's compiled symmetric part takes CPU float64 tensors only (elsewhere, torch's)",
     ("acquisition/sobol.py", "_direction_numbers"):
         "Sobol points are drawn on the host, as torch's SobolEngine draws them, then moved",
@@ -86,4 +86,4 @@ def test_a_run_moves_tensors_to_the_host_only_where_it_means_to(algorithm: str, 
         assert run_one(spec, capture_errors=False).ok
     unexpected = sorted(set(moves.sites) - set(ON_PURPOSE))
     assert unexpected == [], f"host moves outside the known places: {unexpected}"
-    assert moves.sites[("run.py", "evaluate")] > 0  # the watch sees the package's moves at all
+    assert moves.sites[("run/loop.py", "evaluate")] > 0  # the watch sees the package's moves at all

@@ -18,7 +18,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from wdrbo_dist.cli import main
-from wdrbo_dist.cli.study import EXIT_IN_USE
+from wdrbo_dist.errors import ExitCode
 from wdrbo_dist.study.config import load_study_config
 from wdrbo_dist.run.records import CORE_COLUMNS
 from wdrbo_dist.run.spec import RunResult
@@ -70,7 +70,7 @@ def write_config(tmp_path: Path, **changes) -> Path:
 def test_a_second_driver_refuses_with_one_line_naming_the_first(tmp_path: Path, holder, capsys) -> None:
     process, _ = holder
     config = write_config(tmp_path)
-    assert main(["run", str(config), "--quiet"]) == EXIT_IN_USE == 75
+    assert main(["run", str(config), "--quiet"]) == ExitCode.IN_USE == 75
     out, err = capsys.readouterr()
     [line] = err.splitlines()
     assert out == ""
@@ -121,7 +121,7 @@ def test_a_running_study_keeps_its_runs_when_a_second_driver_is_started(tmp_path
             assert time.monotonic() < deadline, "no progress"
             time.sleep(0.2)
         capsys.readouterr()  # MLflow's own log lines from creating the database
-        assert main(["run", str(config), "--quiet"]) == EXIT_IN_USE
+        assert main(["run", str(config), "--quiet"]) == ExitCode.IN_USE
         [line] = capsys.readouterr().err.splitlines()
         assert f"(pid {first.pid} on host " in line and f"command: {CLI} run {config} --quiet)" in line
         output, _ = first.communicate(timeout=600)

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from test_store import failed, finished, spec
+from tests.storage.test_store import failed, finished, spec
 from wdrbo_dist.storage.store import ResultStore
 from wdrbo_dist.storage.writer import NotAttempted, StoreWriter
 

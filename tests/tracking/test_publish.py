@@ -8,7 +8,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from tests.analysis.fakes import fill_store
-from test_analysis_cli import regret_of, write_config
+from tests.analysis.test_cli import regret_of, write_config
 from wdrbo_dist.cli import main
 from wdrbo_dist.study.config import load_study_config
 from wdrbo_dist.tracking.study_tracker import StudyTracker

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from test_store import failed, finished, spec
+from tests.storage.test_store import failed, finished, spec
 from wdrbo_dist.study.config import parse_study_config
 from wdrbo_dist.run.spec import RunSpec
 from wdrbo_dist.storage.store import ResultStore

@@ -118,6 +118,11 @@ class Algorithm(abc.ABC):
         return {**COMMON_OPTIONS, **_settings_options(cls.settings), **cls.OPTIONS}
 
     @classmethod
+    def read_options(cls) -> dict[str, Option]:
+        """The options that change what this algorithm does (what `wdrbo-dist list` shows)."""
+        return cls.declared_options()
+
+    @classmethod
     def check_option(cls, name: str, value: Any) -> OptionValue:
         """`value` as option `name` stores it; ValueError naming the option and what it takes."""
         declared = cls.declared_options()

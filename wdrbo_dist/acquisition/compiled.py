@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 # Whether an Adam step takes these kernels is the run's route (NumericalSettings.adam_pass,
 # `compiled` on the CPU): the acquisition and its closed-form x-gradient in one numba call, the
 # same values to rounding as torch's autograd through the GP's routes, an Adam step 2-15x cheaper
-# (benchmarks/routes.py adam-step).
+# (benchmarks/speed/routes.py adam-step).
 # The compiled pass serves calls of at most this many candidates (Adam's restarts); the
 # screening pass's hundreds keep torch's, whose products run at BLAS speed.
 COMPILED_MAX_BATCH = 16

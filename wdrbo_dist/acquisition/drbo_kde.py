@@ -233,7 +233,7 @@ class DRBOKDE(Algorithm):
     colour = "#ff7f0e"
     description = "DRBO-KDE: worst-case mean UCB over a total-variation ball around 1024 KDE samples"
     settings = CHEAP
-    relative_cost = 2.4  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
+    relative_cost = 2.4  # x ERBO's run time, mean of 8 problems (benchmarks/runner/study_estimate.py measures it)
     OPTIONS = {
         "kde_samples": Option(1024, 1024, "KDE samples of the observed contexts, redrawn every step"),
         "min_points": Option(1024, 1024, "Sobol points for m(x) = min_c UCB(x, c), redrawn every call"),

@@ -42,7 +42,7 @@ __all__ = ["DRBOMMD", "MMDAcquisition", "MMDWorstCase", "drop_zero_cone_rows", "
 #
 #     p* = argmin_p u^T p  s.t.  p >= 0, sum p = 1, ||F^T (p - w)||_2 <= r_n,   with F F^T = K,
 #
-# a second-order cone program per candidate (mmd_solver.py, on a factor F of mmd_factors.py);
+# a second-order cone program per candidate (mmd/solver.py, on a factor F of mmd/factors.py);
 # alpha(x) = p*^T u with p* frozen (the gradient flows through u: the envelope theorem). A solve
 # without a usable solution falls back to p = w, as in the reference. Both profiles solve with
 # Clarabel and a certified working set, the published SCS one option away: the solver routes give
@@ -120,7 +120,7 @@ class DRBOMMD(Algorithm):
     colour = "#9467bd"
     description = "DRBO-MMD: worst-case mean UCB over an MMD ball on a 100-point context grid (SOCP per candidate)"
     settings = CHEAP
-    relative_cost = 1.9  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
+    relative_cost = 1.9  # x ERBO's run time, mean of 8 problems (benchmarks/runner/study_estimate.py measures it)
     # With SCS (no working set), x ERBO: measured against a slower ERBO (8.2), then scaled by
     # 1.34, the rise of the compiled route's own ratio (1.71 -> 2.29) when ERBO's runs got shorter.
     SCS_COST = 11.0
@@ -130,7 +130,7 @@ class DRBOMMD(Algorithm):
         "mmd_diagonal_grid": Option(False, True, "a grid on the box diagonal where d_c >= 2 (method §8.3)"),
         # CLARABEL (interior point, tolerance 1e-8) in both profiles: the same optimum as the
         # published SCS (first-order, eps 1e-5), more accurately and with the working set far
-        # faster; benchmarks/paired.py --preset mmd-solver compares them over seeds.
+        # faster; benchmarks/speed/paired.py --preset mmd-solver compares them over seeds.
         "mmd_solver": Option.same("CLARABEL", "the conic solver: CLARABEL, or SCS (the published code's)",
                                   choices=SOLVERS),
     }

@@ -198,7 +198,7 @@ class DRBOMMDMinimax(Algorithm):
     display_name = "DRBO-MMD Minimax"
     colour = "#8c564b"
     description = "DRBO-MMD minimax approximation: closed-form worst-case sensitivity on a 1024-point grid"
-    relative_cost = 2.6  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
+    relative_cost = 2.6  # x ERBO's run time, mean of 8 problems (benchmarks/runner/study_estimate.py measures it)
     OPTIONS = {
         "grid_size": Option(1024, 1024, "points of the context grid (method §3.7)"),
         "radius_constant": Option(MMD_RADIUS_CONSTANT, MMD_RADIUS_CONSTANT, "r_n = radius_constant / sqrt(n)"),

@@ -28,8 +28,9 @@ class ModelFreeAlgorithm(Algorithm):
     uses_context = False
 
     @classmethod
-    def declared_options(cls) -> dict[str, Option]:
-        """Only its own: it has no UCB and no optimiser, so their options would do nothing."""
+    def read_options(cls) -> dict[str, Option]:
+        """Only its own: it has no UCB and no optimiser. (It still takes the common options, so that
+        one set of options can be given to every algorithm of a study; they change nothing.)"""
         return dict(cls.OPTIONS)
 
     @abc.abstractmethod

@@ -5,7 +5,7 @@ Adam on them jointly until BoTorch's stopping rule fires, return the best (the s
 `maximize_acquisition`). Every random draw comes from the run's CPU generator. Adam's update
 and the stopping rule are written out (`AdamUpdate`, `MovingAverageStop`) with torch's and
 BoTorch's arithmetic, so the iterates are the same to the bit (tests/acquisition/test_optimize.py),
-without the library classes' per-step overhead (benchmarks/profile_run.py, column `adam rest`).
+without the library classes' per-step overhead (benchmarks/speed/profile_run.py, column `adam rest`).
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ class SBOKDE(Algorithm):
     display_name = "SBO-KDE"
     colour = "#2ca02c"
     description = "SBO-KDE: mean UCB over 512 KDE samples of the observed contexts, redrawn every step"
-    relative_cost = 2.1  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
+    relative_cost = 2.1  # x ERBO's run time, mean of 8 problems (benchmarks/runner/study_estimate.py measures it)
     OPTIONS = {
         # the WDRBO repository's count (sbokde upstream: 1024), method §8.23
         "kde_samples": Option(512, 512, "KDE samples of the observed contexts, redrawn every step"),

@@ -89,7 +89,7 @@ class StableOpt(Algorithm):
     display_name = "StableOpt"
     colour = "#e377c2"
     description = "StableOpt: minimum UCB over 1024 Sobol contexts in a mean +- std box, redrawn every call"
-    relative_cost = 2.7  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
+    relative_cost = 2.7  # x ERBO's run time, mean of 8 problems (benchmarks/runner/study_estimate.py measures it)
     OPTIONS = {
         "stable_points": Option(1024, 1024, "Sobol points in the box, redrawn at every call"),
         "stable_box_sigmas": Option(1.0, 1.0, "half-width of the box in (unbiased) standard deviations"),

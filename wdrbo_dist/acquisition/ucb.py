@@ -42,7 +42,7 @@ class GPUCB(Algorithm):
     colour = "#7f7f7f"
     description = "GP-UCB on the decision only, ignoring the context"
     uses_context = False
-    relative_cost = 0.4  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
+    relative_cost = 0.4  # x ERBO's run time, mean of 8 problems (benchmarks/runner/study_estimate.py measures it)
     OPTIONS = {
         # The reference passes beta to BoTorch's UpperConfidenceBound, which multiplies sigma by
         # sqrt(beta) (method §1.5, §8.7); the paper profile uses beta itself, like every other method.

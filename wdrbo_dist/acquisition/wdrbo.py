@@ -112,7 +112,7 @@ class WDRBO(Algorithm):
     display_name = "WDRBO"
     colour = "#d62728"
     description = "Wasserstein DRBO: mean UCB over the observed contexts minus eps_n * L(x) (the proposed method)"
-    relative_cost = 1.4  # x ERBO's run time, mean of 8 problems (benchmarks/study_estimate.py measures it)
+    relative_cost = 1.4  # x ERBO's run time, mean of 8 problems (benchmarks/runner/study_estimate.py measures it)
     OPTIONS = {
         "radius_constant": Option(0.3, 0.3, "eps_n = radius_constant / sqrt(n)"),
         "lipschitz_points": Option(100, 100, "uniform context points for L(x), drawn once per run"),

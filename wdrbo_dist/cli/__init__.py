@@ -14,7 +14,7 @@ from wdrbo_dist.execution.threads import default_thread_environment
 
 # The driver hands out runs and stores results; every run sets its own threads. One OpenMP /
 # BLAS thread here, fixed before NumPy or torch is first imported, keeps the driver's thread
-# pools off the cores the workers use (benchmarks/workers.py --seeds 4 --backends local:
+# pools off the cores the workers use (benchmarks/runner/workers.py --seeds 4 --backends local:
 # 2 workers 1.80x one worker without it, 1.90x with it). Set them yourself to override.
 default_thread_environment(1)
 
@@ -40,7 +40,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     print("algorithms:")
     for name, entry in ALGORITHMS.items():
         print(f"  {name:<20} {entry.description}")
-        for option_name, option in entry.declared_options().items():
+        for option_name, option in entry.read_options().items():
             note = f"; {option.note}" if option.note else ""
             print(f"      {option_name} (paper: {option.paper}, reference: {option.reference}){note}")
     return 0

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from wdrbo_dist.cli.usage import UsageError, read_study
+from wdrbo_dist.cli.usage import UsageError
 from wdrbo_dist.errors import ExitCode, one_line
 
 if TYPE_CHECKING:
@@ -166,8 +166,25 @@ def status_matrix(study) -> list[str]:
     return lines + [line for line in status.notes if line]
 
 
+def _study_of_folder(folder: Path):
+    """The study an output folder's `study.json` names (the config it ran with), kept in this folder."""
+    import json
+
+    from wdrbo_dist.study.config import ConfigError, parse_study_config
+
+    try:
+        config = json.loads((folder / "study.json").read_text())["config"]
+        return parse_study_config({**config, "output_dir": str(folder)}, source=folder / "study.json",
+                                  validate_runs=False)
+    except FileNotFoundError:
+        raise UsageError(f"{folder}: no study.json here, so not a study's output folder; give the study file") from None
+    except (OSError, ValueError, KeyError, TypeError, ConfigError) as exc:
+        raise UsageError(f"{folder / 'study.json'}: unreadable ({one_line(exc, named=True)}); give the study file") from None
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    study = read_study(args.config)
+    path = Path(args.config)
+    study = _study_of_folder(path) if path.is_dir() else _load(args.config, validate_runs=False)
     for line in status_matrix(study):
         print(line)
     return 0

@@ -67,7 +67,7 @@ def run_study(
 
     `progress` makes the watcher of the tasks about to run, `echo` takes the driver's lines
     and `ctrl_c` guards the loop: the command line's, none by default. `run` is what each
-    task runs (a stand-in measures the runner alone: benchmarks/scaling.py).
+    task runs (a stand-in measures the runner alone: benchmarks/runner/scaling.py).
     Raises, before any work: `FolderUnusable` for an output folder that cannot be written,
     `OtherStudy` for one that holds another study, `FolderInUse` while another driver holds it,
     `TrackingError` or `ClusterUnreachable` for a store or an address that does not answer

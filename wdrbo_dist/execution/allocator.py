@@ -6,7 +6,7 @@ faulted in page by page, zeroed by the kernel, at every step, and in a VM a page
 `keep_freed_memory` raises both thresholds for the process that runs BO, so the arrays are
 reused from the heap. Only where memory comes from changes: the records are the same to the
 bit; the process keeps its peak heap (tens of MB) until it exits.
-`benchmarks/paired.py --preset allocator` measures the effect.
+`benchmarks/speed/paired.py --preset allocator` measures the effect.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from wdrbo_dist.models.kernel import numerical_basis, rbf
 # (`ucb_in_region` and the compiled kernels then take V = I): REGION_RESIDUAL_FACTOR times the
 # grid's own largest residual on the cut basis, or REGION_RESIDUAL_MAX if larger (contexts
 # inside the box lie within 1-2.5x it, beyond it 100x or more, but where a long lengthscale
-# spans both: benchmarks/routes.py region).
+# spans both: benchmarks/speed/routes.py region).
 REGION_SPACING = 0.125
 REGION_GRID_MAX = 4096
 REGION_RESIDUAL_MAX = 1e-11
@@ -154,7 +154,7 @@ def _triangle_products(left: Tensor, right: Tensor, out: Tensor, accumulate: boo
     """out[:, k] = left[:, i] * right[:, j] (or += with `accumulate`) for the k-th pair i <= j of
     the columns in `torch.triu_indices` order: a row i of the triangle at a time, written in
     place. The same products as gathering the pairs' columns, without the [rows, p(p+1)/2]
-    gathered copies (`benchmarks/profile_run.py`, column "build")."""
+    gathered copies (`benchmarks/speed/profile_run.py`, column "build")."""
     size, start = left.shape[1], 0
     for i in range(size):
         segment = out[:, start : start + size - i]

@@ -124,7 +124,7 @@ class GaussianProcess(PairRoutes):
         differentiated L(x) at each candidate's maximising Lipschitz point. The values of
         `ucb_and_gradient`'s norm and the x-gradient of autograd's double backward through it,
         to rounding, in a few dozen operations on [b, n] arrays where the double backward takes
-        many more, each at torch's fixed cost per call (`benchmarks/routes.py adam-step`)."""
+        many more, each at torch's fixed cost per call (`benchmarks/speed/routes.py adam-step`)."""
         return _ContextGradientNorm.apply(x, contexts, self, beta)
 
 

@@ -22,7 +22,7 @@ COMPILED_TAIL_MIN_CONTEXTS = 256
 REGION_CHUNK = 16  # candidates per block in `ucb_in_region` (a [c, N, r] block)
 # The candidate-side quadratic forms (`quadratic_forms`) replace the pair products for calls of at
 # most FORMS_MAX_BATCH candidates (Adam's restarts, not the screening pass) once the data have
-# FORMS_MIN_POINTS points (the crossover measured by benchmarks/routes.py forms-step)
+# FORMS_MIN_POINTS points (the crossover measured by benchmarks/speed/routes.py forms-step)
 FORMS_MAX_BATCH = 16
 FORMS_MIN_POINTS = 48
 

@@ -117,11 +117,12 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
         from tqdm import tqdm
 
         bar = tqdm(total=spec.evaluations, initial=spec.init_size, desc=spec.label, unit="eval")
-    settings = algorithm.optimizer_settings()
+    model_free = isinstance(algorithm, ModelFreeAlgorithm)  # no GP, no acquisition: it proposes x itself
+    settings = None if model_free else algorithm.optimizer_settings()
     for _ in range(spec.init_size, spec.evaluations):
         start = time.perf_counter()
         state = BOState(torch.stack(xs), torch.stack(cs), torch.stack(ys))
-        if isinstance(algorithm, ModelFreeAlgorithm):  # no GP, no acquisition: it proposes x itself
+        if model_free:
             t = time.perf_counter()
             x_next = algorithm.propose(state, gens["algorithm"])
             time_fit, time_acq, radius, telemetry = 0.0, time.perf_counter() - t, math.nan, dict(NO_TELEMETRY)
@@ -132,6 +133,7 @@ def _bayesian_optimisation(spec: RunSpec, options: dict[str, Any], progress: boo
             time_fit = time.perf_counter() - t
             t = time.perf_counter()
             acquisition = algorithm.acquisition(model, state, gens["algorithm"])
+            assert settings is not None
             x_next, _, stats = maximize_acquisition(acquisition, unit_bounds, settings, gens["algorithm"])
             time_acq = time.perf_counter() - t
             tel, radius = acquisition.telemetry, float(acquisition.radius)

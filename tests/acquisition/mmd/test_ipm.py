@@ -1,4 +1,4 @@
-"""The compiled interior-point method of the working set's restricted programs (mmd_ipm.py):
+"""The compiled interior-point method of the working set's restricted programs (mmd/ipm.py):
 an optimal primal-dual pair of min c^T x, A x = b, x >= 0, h - G x in SOC, as Clarabel finds it."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The README's two pictures, made again from a reported study: its dashboard and its runs in
 the MLflow UI, each as headless Chromium (1920x1080) shows it.
 
-    make run                                    # the quick study, reported, in mlflow.db
-    .venv/bin/python benchmarks/screenshots.py  # -> docs/img/dashboard.png, docs/img/mlflow_runs.png,
-                                                #    docs/img/mlflow_compare.png
+    make run                                          # the quick study, reported, in mlflow.db
+    .venv/bin/python benchmarks/pages/screenshots.py  # -> docs/img/dashboard.png, docs/img/mlflow_runs.png,
+                                                      #    docs/img/mlflow_compare.png
 
 It starts `mlflow ui` on a free port for the study's store and stops it (by PID) at the end.
 """
@@ -16,13 +16,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for the tests' helpers
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for the tests' helpers
 
-from tests.support.chromium_cdp import ensure_chromium, load_page  # noqa: E402
-from tests.support.local_servers import start_mlflow_ui, stop, wait_for  # noqa: E402
-from wdrbo_dist.analysis.report import study_folder  # noqa: E402
-from wdrbo_dist.study.config import load_study_config  # noqa: E402
-from wdrbo_dist.tracking.views import comparison_view, study_view  # noqa: E402
+from tests.support.chromium_cdp import ensure_chromium, load_page
+from tests.support.local_servers import start_mlflow_ui, stop, wait_for
+from wdrbo_dist.analysis.report import study_folder
+from wdrbo_dist.study.config import load_study_config
+from wdrbo_dist.tracking.views import comparison_view, study_view
 
 BODY = "document.body.innerText"
 PLOTS_DRAWN = ("document.querySelectorAll('.js-plotly-plot').length > 0 && Array.from("

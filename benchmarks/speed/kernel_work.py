@@ -12,14 +12,14 @@ slower). "floor" is the run's time with the counted
 kernels at the best rate and everything else as measured: no implementation of the same
 arithmetic runs below it. The records are the same as without the wrappers.
 
-    .venv/bin/python benchmarks/kernel_work.py                               # every algorithm, Ackley
-    .venv/bin/python benchmarks/kernel_work.py --problem portfolio-uniform --algorithms erbo stableopt
-    .venv/bin/python benchmarks/kernel_work.py --study     # every cell of the paper study, one seed (~17 min)
+    .venv/bin/python benchmarks/speed/kernel_work.py                               # every algorithm, Ackley
+    .venv/bin/python benchmarks/speed/kernel_work.py --problem portfolio-uniform --algorithms erbo stableopt
+    .venv/bin/python benchmarks/speed/kernel_work.py --study     # every cell of the paper study, one seed (~17 min)
 
 Columns: run (s, the run's steps), counted (s in the counted kernels, and their share of the
 run), GMAC (10^9 multiply-adds counted), rate (GMAC/s they ran at), floor (s), floor/ERBO's floor.
 With `--study`, the last line is the whole study on 2 workers (every cell's seeds as long as the
-measured one, longest first, as `study_estimate.py` schedules them) as run and at the floor: the
+measured one, longest first, as `runner/study_estimate.py` schedules them) as run and at the floor: the
 runs here go one at a time, so "as run" lacks the ~10 % two runs side by side cost each other.
 The study file says what runs, so the per-run arguments (--algorithms, --problem, --seed,
 --evaluations) are refused beside it.
@@ -32,19 +32,22 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
-from wdrbo_dist.execution.threads import default_thread_environment
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmarks` when run as a file
 
-default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus=1
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from profile_run import add_run_arguments, checked_specs  # noqa: E402
-from study_estimate import ROOT, makespan  # noqa: E402
-from wdrbo_dist.study.config import ConfigError, load_study_config  # noqa: E402
-from wdrbo_dist.models import compiled_pairs, compiled_ucb, gp  # noqa: E402
-from wdrbo_dist.run.spec import RunSpec  # noqa: E402
-from wdrbo_dist.run.loop import run_one  # noqa: E402
+from benchmarks.runner.study_estimate import makespan
+from wdrbo_dist.execution.allocator import keep_freed_memory
+from wdrbo_dist.study.config import ConfigError, load_study_config
+from wdrbo_dist.models import compiled_pairs, compiled_ucb, gp
+from wdrbo_dist.run.spec import RunSpec
+from wdrbo_dist.run.loop import run_one
+
+keep_freed_memory()  # as every worker does before its run (execution/task.py, `execute`)
 
 
 def forms_work(b: int, n: int, r: int, identity: bool) -> int:
@@ -210,13 +213,13 @@ def study_cells(config: str) -> tuple[dict[str, dict[str, RunSpec]], int]:
     return cells, len(study.seeds)
 
 
-DEFAULT_STUDY = ROOT / "configs" / "paper_data_driven.yaml"
+DEFAULT_STUDY = harness.ROOT / "configs" / "paper_data_driven.yaml"
 HEADER = f"{'algorithm':<18}{'run s':>8}{'counted s':>11}{'share':>7}{'GMAC':>8}{'rate':>7}{'floor s':>9}{'floor/ERBO':>12}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_arguments(parser)
+    harness.add_run_arguments(parser)
     parser.add_argument("--detail", action="store_true", help="each counted function's seconds, GMAC and rate")
     parser.add_argument("--study", nargs="?", const=str(DEFAULT_STUDY), metavar="CONFIG",
                         help="one seed of every cell of a study file (default: the paper's data-driven study), "
@@ -224,7 +227,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.study:
         run_arguments = argparse.ArgumentParser()
-        add_run_arguments(run_arguments)
+        harness.add_run_arguments(run_arguments)
         given = [f"--{name}" for name, default in vars(run_arguments.parse_args([])).items()
                  if getattr(args, name) != default]
         if given:  # they would be ignored: the study file says what is run
@@ -233,7 +236,7 @@ def main() -> None:
             raise SystemExit(2)
         cells, seeds = study_cells(args.study)
     else:
-        cells, seeds = {args.problem: checked_specs(args)}, 0
+        cells, seeds = {args.problem: harness.checked_specs(args)}, 0
 
     typical = product_rate(512, 60, 600, seconds=1.0)
     best = max(product_rate(1024, 1024, 1024, seconds=1.0), typical)

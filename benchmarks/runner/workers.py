@@ -8,8 +8,8 @@ run's own wall time: scheduling, process start, argument and result transfer). B
 
 Targets (issue 4): 2 workers >= 1.8x one worker; Ray's overhead <= 2 % of study time.
 
-    .venv/bin/python benchmarks/workers.py                 # 24 runs of 100 evaluations (~9 min)
-    .venv/bin/python benchmarks/workers.py --evaluations 20 --backends ray
+    .venv/bin/python benchmarks/runner/workers.py                 # 24 runs of 100 evaluations (~9 min)
+    .venv/bin/python benchmarks/runner/workers.py --evaluations 20 --backends ray
 
 The runs are full-length (5-15 s each), 24 of them: each new worker process's first run pays
 its imports (torch and the package, ~1.5 s), a fixed cost per worker that is 3 % of a 12-run,
@@ -24,21 +24,24 @@ import argparse
 import os
 import secrets
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from wdrbo_dist.execution.threads import default_thread_environment
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmarks` when run as a file
 
-default_thread_environment(1)  # as the CLI's driver does, before torch is imported
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
+
+from wdrbo_dist.execution.backends import map_tasks
+from wdrbo_dist.study.config import parse_study_config
+from wdrbo_dist.driver.plan import make_tasks
+from wdrbo_dist.driver.study import run_captured
+
+# Before the Ray backend imports ray (when it starts, in `map_tasks`):
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 if "RAY_AUTH_MODE" not in os.environ:  # a private token: nothing written to ~/.ray
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
-
-from wdrbo_dist.execution.backends import map_tasks  # noqa: E402
-from wdrbo_dist.study.config import parse_study_config  # noqa: E402
-from wdrbo_dist.driver.plan import make_tasks  # noqa: E402
-from wdrbo_dist.driver.study import run_captured  # noqa: E402
 
 
 def study(evaluations: int, seeds: int, out: Path):
@@ -87,8 +90,8 @@ def steady(r: dict[str, float]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--evaluations", type=int, default=100)
-    parser.add_argument("--seeds", type=int, default=4)
+    harness.add_evaluations(parser)
+    harness.add_seeds(parser, 4)
     parser.add_argument("--backends", default="local,ray")
     args = parser.parse_args()
     load = os.getloadavg()

@@ -8,8 +8,8 @@ of S seconds the ideal is N / S runs per second. Measured between the first resu
 ideal, and the driver process's CPU per run (Ray's driver threads included). One driver can
 keep busy about `run length / driver CPU per run` workers, the figure the README gives.
 
-    .venv/bin/python benchmarks/ray_nodes.py                           # 1 and 3 nodes, 0.2-s runs
-    .venv/bin/python benchmarks/ray_nodes.py --nodes 1 3 --run-ms 100 --runs 300
+    .venv/bin/python benchmarks/runner/ray_nodes.py                           # 1 and 3 nodes, 0.2-s runs
+    .venv/bin/python benchmarks/runner/ray_nodes.py --nodes 1 3 --run-ms 100 --runs 300
 """
 
 from __future__ import annotations
@@ -24,16 +24,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]  # the tests' local servers; scaling's stand-in
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks`, the tests' local servers
 
-from wdrbo_dist.execution.threads import default_thread_environment  # noqa: E402
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
-default_thread_environment(1)
+import yaml
 
-import yaml  # noqa: E402
-
-from scaling import ALGORITHMS, EVALUATIONS, INIT_SIZE, PROBLEMS, stand_in, template_records  # noqa: E402
+from benchmarks.runner.scaling import ALGORITHMS, EVALUATIONS, INIT_SIZE, PROBLEMS, stand_in, template_records
 
 
 class Clock:
@@ -88,7 +85,7 @@ def row(nodes: int, args: argparse.Namespace, scratch: Path) -> dict[str, float]
     environment: its token), stop the cluster."""
     from tests.support.local_servers import started_ray_cluster
 
-    with started_ray_cluster("wdb", nodes=nodes, extra_env={"PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'benchmarks'}"}) as cluster:
+    with started_ray_cluster("wdb", nodes=nodes, extra_env={"PYTHONPATH": str(harness.ROOT)}) as cluster:
         done = subprocess.run([sys.executable, __file__, "--one", str(nodes), cluster.gcs_address, str(scratch),
                                "--runs", str(args.runs), "--run-ms", str(args.run_ms)],
                               env=cluster.env, capture_output=True, text=True, timeout=1800)
@@ -100,13 +97,13 @@ def row(nodes: int, args: argparse.Namespace, scratch: Path) -> dict[str, float]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, nargs="+", default=[1, 3])
-    parser.add_argument("--runs", type=int, default=240)
+    parser.add_argument("--nodes", type=harness.count, nargs="+", default=[1, 3])
+    parser.add_argument("--runs", type=harness.count, default=240)
     parser.add_argument("--run-ms", type=float, default=200.0)
     parser.add_argument("--one", nargs=3, metavar=("NODES", "ADDRESS", "SCRATCH"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if min(args.nodes) < 1 or args.runs < 2 or args.run_ms <= 0:
-        parser.error("--nodes >= 1, --runs >= 2, --run-ms > 0")
+    if args.runs < 2 or args.run_ms <= 0:
+        parser.error("--runs >= 2, --run-ms > 0")
     if args.one:
         nodes, address, scratch = args.one
         print("ROW " + json.dumps(measure(int(nodes), address, args.runs, args.run_ms, Path(scratch))), flush=True)

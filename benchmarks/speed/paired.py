@@ -20,11 +20,11 @@ process, with a short warm-up run before the timed one; the runner's setting is 
     allocator=kept|default         glibc's thresholds raised (wdrbo_dist/execution/allocator.py) or not
     adam_gradient=direct|autograd  Adam takes the closed-form x-gradient or autograd's
 
-    .venv/bin/python benchmarks/paired.py --preset mmd-solver                  # DRBO-MMD's conic solvers
-    .venv/bin/python benchmarks/paired.py --preset mmd-solver --problems ackley newsvendor --seeds 10
-    .venv/bin/python benchmarks/paired.py --algorithms wdrbo --problems ackley \\
+    .venv/bin/python benchmarks/speed/paired.py --preset mmd-solver                  # DRBO-MMD's conic solvers
+    .venv/bin/python benchmarks/speed/paired.py --preset mmd-solver --problems ackley newsvendor --seeds 10
+    .venv/bin/python benchmarks/speed/paired.py --algorithms wdrbo --problems ackley \\
         --variant paper: --variant detached:wdrbo_L_detached=true
-    .venv/bin/python benchmarks/paired.py --preset allocator --dry-run         # the runs, not run
+    .venv/bin/python benchmarks/speed/paired.py --preset allocator --dry-run         # the runs, not run
 """
 
 from __future__ import annotations
@@ -39,18 +39,19 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
-from wdrbo_dist.execution.threads import default_thread_environment
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmarks` when run as a file
 
-default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch is imported
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
-import pandas as pd  # noqa: E402
+import pandas as pd
 
-from wdrbo_dist.analysis.statistics import mean_se, paired_wilcoxon, significant_digits_format  # noqa: E402
-from wdrbo_dist.cli import parse_option  # noqa: E402
-from wdrbo_dist.cli.usage import UsageError  # noqa: E402
-from wdrbo_dist.run.records import deterministic_part  # noqa: E402
-from wdrbo_dist.run.spec import RunSpec, validate_spec  # noqa: E402
+from wdrbo_dist.analysis.statistics import mean_se, paired_wilcoxon, significant_digits_format
+from wdrbo_dist.cli import parse_option
+from wdrbo_dist.cli.usage import UsageError
+from wdrbo_dist.run.records import deterministic_part
+from wdrbo_dist.run.spec import RunSpec
 
 # Settings of the process, not of the run: {key: (the runner's value, the other)}.
 PROCESS_SETTINGS = {"allocator": ("kept", "default"), "adam_gradient": ("direct", "autograd")}
@@ -107,17 +108,6 @@ class Outcome:
     faults: int | None = None
 
 
-def count(text: str) -> int:
-    """An argparse type for --seeds and --workers: a whole number >= 1 (else one line, exit 2)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
-    return value
-
-
 def variant(text: str) -> Variant:
     """An argparse type for --variant: NAME:key=value,key=value (NAME: alone: no options)."""
     name, colon, settings = text.partition(":")
@@ -137,16 +127,6 @@ def variant(text: str) -> Variant:
         else:
             options[key] = value
     return Variant(name, options, process)
-
-
-def check_spec(spec: RunSpec) -> None:
-    """The package's own check of a run (`validate_spec`), before any runs: a bad field is one
-    line naming it and its allowed values, exit 2."""
-    try:
-        validate_spec(spec)
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 def records_digest(records: pd.DataFrame) -> str:
@@ -265,7 +245,7 @@ def compare(
                 for seed in seed_range:
                     spec = RunSpec.make(algorithm=algorithm, problem=problem, seed=seed, evaluations=evaluations,
                                         fidelity=fidelity, options=dict(v.options))
-                    check_spec(spec)
+                    harness.check_spec(spec)
                     jobs.append(((algorithm, problem, v.name, seed), spec, v))
     fresh = any(v.process for v in variants)
     print(f"{len(jobs)} runs on {workers} local workers{', each in a fresh process' if fresh else ''} "
@@ -311,9 +291,6 @@ def compare(
 
 
 def main() -> None:
-    from wdrbo_dist.acquisition.registry import ALGORITHMS
-    from wdrbo_dist.problems import problem_names
-
     presets = "\n".join(f"  {name}: {p.about}\n      {' '.join('--variant ' + v for v in p.variants)}"
                         for name, p in PRESETS.items())
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -321,14 +298,14 @@ def main() -> None:
     parser.add_argument("--preset", choices=list(PRESETS), help="a comparison, with its cells")
     parser.add_argument("--variant", action="append", type=variant, default=[], metavar="NAME:key=value,...",
                         help="a variant (at least two, or a preset); the first is the reference")
-    parser.add_argument("--algorithms", nargs="+", choices=list(ALGORITHMS), help="default: the preset's")
-    parser.add_argument("--problems", nargs="+", choices=problem_names(), help="default: the preset's, else ackley")
-    parser.add_argument("--seeds", type=count, help="how many seeds: --first-seed, --first-seed + 1, ... (default: "
-                                                    "the preset's, else 6)")
-    parser.add_argument("--first-seed", type=count, default=100, help="the first seed (100: the study's)")
-    parser.add_argument("--evaluations", type=count, default=100)
-    parser.add_argument("--fidelity", choices=["paper", "reference"], help="the profile (default: the preset's, else paper)")
-    parser.add_argument("--workers", type=count, default=2)
+    harness.add_algorithms(parser, every=False, help="default: the preset's")
+    harness.add_problems(parser, None, help="default: the preset's, else ackley")
+    harness.add_seeds(parser, None, help="how many seeds: --first-seed, --first-seed + 1, ... (default: "
+                                         "the preset's, else 6)")
+    parser.add_argument("--first-seed", type=harness.count, default=100, help="the first seed (100: the study's)")
+    harness.add_evaluations(parser)
+    harness.add_fidelity(parser, None, help="the profile (default: the preset's, else paper)")
+    harness.add_workers(parser)
     parser.add_argument("--dry-run", action="store_true", help="check the runs and print the variants, run nothing")
     args = parser.parse_args()
     preset = PRESETS.get(args.preset) if args.preset else None

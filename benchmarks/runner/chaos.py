@@ -18,9 +18,9 @@ resume, which also catches MLflow up). Printed: runs expected / finished / lost 
 run key with more than one FINISHED MLflow child, or a FAILED record) and the wall time against
 the fault-free pass. Targets: 0 lost, 0 duplicated, <= 1.5x the time.
 
-    .venv/bin/python benchmarks/chaos.py                    # 24 runs, a fault every ~12 s
-    .venv/bin/python benchmarks/chaos.py --seeds 12 --interval 20 --faults 6
-    .venv/bin/python benchmarks/chaos.py --kinds tracking --faults 1   # the tracking server alone
+    .venv/bin/python benchmarks/runner/chaos.py                    # 24 runs, a fault every ~12 s
+    .venv/bin/python benchmarks/runner/chaos.py --seeds 12 --interval 20 --faults 6
+    .venv/bin/python benchmarks/runner/chaos.py --kinds tracking --faults 1   # the tracking server alone
 """
 
 from __future__ import annotations
@@ -36,11 +36,13 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks`, the tests' local servers
+
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
+
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for the tests' helpers
-
-from tests.support.local_servers import (  # noqa: E402
+from tests.support.local_servers import (
     add_worker_node, node_raylet, processes, start_mlflow_server, started_ray_cluster, stop, wait_for,
 )
 
@@ -196,8 +198,8 @@ def count(config: Path, uri: str) -> dict[str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=4, help="seeds per cell (3 problems x 2 algorithms)")
-    parser.add_argument("--evaluations", type=int, default=14)
+    harness.add_seeds(parser, 4, help="seeds per cell (3 problems x 2 algorithms)")
+    harness.add_evaluations(parser, 14)
     parser.add_argument("--interval", type=float, default=12.0, help="mean seconds between faults")
     parser.add_argument("--faults", type=int, default=8, help="faults injected at most")
     parser.add_argument("--rng", type=int, default=0, help="seed of the fault schedule")

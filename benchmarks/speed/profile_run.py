@@ -6,9 +6,9 @@ this process only; the records are the same as without it), summed over the run'
 and divided by their number, after a short warm-up run (imports, first-call compilation). One torch thread and one BLAS thread, as a Ray task with
 num_cpus=1 runs.
 
-    .venv/bin/python benchmarks/profile_run.py                      # every algorithm, Ackley, 100 evaluations
-    .venv/bin/python benchmarks/profile_run.py --algorithms wdrbo erbo --evaluations 60
-    .venv/bin/python benchmarks/profile_run.py --algorithms sbo-kde --option kde_samples=1024
+    .venv/bin/python benchmarks/speed/profile_run.py                      # every algorithm, Ackley, 100 evaluations
+    .venv/bin/python benchmarks/speed/profile_run.py --algorithms wdrbo erbo --evaluations 60
+    .venv/bin/python benchmarks/speed/profile_run.py --algorithms sbo-kde --option kde_samples=1024
 
 Columns (ms per BO step): fit = `fit_gp`; build = the algorithm's `acquisition(...)` (features,
 Cholesky products, Lipschitz points); screen = the raw-sample pass of `maximize_acquisition`;
@@ -23,29 +23,27 @@ Adam steps per BO step and the share of the step spent maximising the acquisitio
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import defaultdict
 from dataclasses import replace
 from collections.abc import Callable
+from pathlib import Path
 
-from wdrbo_dist.execution.threads import default_thread_environment
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmarks` when run as a file
 
-default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus=1
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
-import torch  # noqa: E402
+import torch
 
-from wdrbo_dist.execution.allocator import keep_freed_memory  # noqa: E402
+from wdrbo_dist.acquisition import optimize
+from wdrbo_dist.acquisition.registry import ALGORITHMS
+from wdrbo_dist.execution.allocator import keep_freed_memory
+from wdrbo_dist.models import fit
+from wdrbo_dist.run.loop import run_one
+from wdrbo_dist.run.spec import RunSpec
 
-keep_freed_memory()  # as every worker does (backends/task.py, `execute`)
-
-from paired import check_spec  # noqa: E402
-from wdrbo_dist.acquisition import optimize  # noqa: E402
-from wdrbo_dist.acquisition.registry import ALGORITHMS  # noqa: E402
-from wdrbo_dist.cli import parse_option  # noqa: E402
-from wdrbo_dist.models import fit  # noqa: E402
-from wdrbo_dist.problems import problem_names  # noqa: E402
-from wdrbo_dist.run.spec import RunSpec  # noqa: E402
-from wdrbo_dist.run.loop import run_one  # noqa: E402
+keep_freed_memory()  # as every worker does before its run (execution/task.py, `execute`)
 
 PHASES = ("fit", "build", "screen", "adam fwd", "adam bwd", "adam rest", "inner", "other")
 
@@ -116,39 +114,16 @@ def profile(spec: RunSpec) -> tuple[dict[str, float], float, float]:
     return per_step, float(steps["adam_steps"].sum()) / n, share
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The runs a per-run benchmark measures: --algorithms (all), --problem, --evaluations, --seed."""
-    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS))
-    parser.add_argument("--problem", default="ackley", choices=problem_names())
-    parser.add_argument("--evaluations", type=int, default=100)
-    parser.add_argument("--seed", type=int, default=100)
-
-
-def checked_specs(args: argparse.Namespace, options: dict | None = None) -> dict[str, RunSpec]:
-    """Each algorithm's run of `add_run_arguments`' fields (and `options`, for the algorithms
-    that declare them), all checked before any runs: a bad field is one line and exit 2."""
-    specs = {}
-    for name in args.algorithms:
-        declared = ALGORITHMS[name].declared_options()
-        given = {key: value for key, value in (options or {}).items() if key in declared}
-        specs[name] = RunSpec.make(algorithm=name, problem=args.problem, seed=args.seed, evaluations=args.evaluations,
-                                   fidelity=getattr(args, "fidelity", "paper"), options=given)
-        check_spec(specs[name])
-    return specs
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_run_arguments(parser)
-    parser.add_argument("--fidelity", default="paper", choices=["paper", "reference"])
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="for every algorithm that declares KEY")
+    harness.add_run_arguments(parser)
+    harness.add_fidelity(parser)
+    harness.add_option(parser, help="for every algorithm that declares KEY")
     args = parser.parse_args()
-    options = dict(parse_option(o) for o in args.option)
-    specs = checked_specs(args, options)  # a bad field: one line, exit 2, before any output
+    specs = harness.checked_specs(args, dict(args.option))  # a bad field: one line, exit 2, before any output
 
     print(f"ms per BO step, {args.problem}, seed {args.seed}, {args.evaluations} evaluations, {args.fidelity}, "
-          f"torch {torch.__version__}, {torch.get_num_threads()} thread" + "".join(f", {o}" for o in args.option))
+          f"torch {torch.__version__}, {torch.get_num_threads()} thread" + "".join(f", {key}={value}" for key, value in args.option))
     print(f"{'algorithm':<18}" + "".join(f"{p:>10}" for p in PHASES) + f"{'adam/step':>11}{'acq share':>11}")
     for name, spec in specs.items():
         # A short run first: the first BO step of a process imports and compiles (seconds), which

@@ -5,8 +5,8 @@ a real 6-evaluation GP-UCB run), so every second measured beyond the sleeping is
 driver planning, handing out tasks, storing and compacting results, and logging to MLflow. One
 fresh process per row (its peak memory is the driver's); the local backend with 2 workers.
 
-    .venv/bin/python benchmarks/scaling.py                                   # 10^3 and 10^4, all trackings
-    .venv/bin/python benchmarks/scaling.py --runs 100000 --tracking none     # the 10^5 row (about 30 min)
+    .venv/bin/python benchmarks/runner/scaling.py                                   # 10^3 and 10^4, all trackings
+    .venv/bin/python benchmarks/runner/scaling.py --runs 100000 --tracking none     # the 10^5 row (about 30 min)
 
 Columns: runner's cost per run = (study wall - runs x sleep / workers) / runs (the two pool
 processes share the two cores with the driver); driver CPU per run = the driver process's CPU
@@ -31,16 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the repo root, for the tests' helpers (a local mlflow server)
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks`, the tests' local servers
 
-from wdrbo_dist.execution.threads import default_thread_environment  # noqa: E402
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
-default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch is imported
+import pandas as pd
 
-import pandas as pd  # noqa: E402
-
-from wdrbo_dist.run.spec import RunResult, RunSpec  # noqa: E402
+from wdrbo_dist.run.spec import RunResult, RunSpec
 
 PROBLEMS = ["ackley", "hartmann", "modified-branin", "newsvendor", "three-hump-camel", "six-hump-camel",
             "toy-general", "portfolio-uniform"]
@@ -152,10 +149,10 @@ def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--runs", type=harness.count, nargs="+", default=[1000, 10000])
     parser.add_argument("--tracking", nargs="+", choices=["none", "sqlite", "server"], default=["none", "sqlite", "server"])
     parser.add_argument("--run-ms", type=float, default=0.0, help="how long the stand-in run sleeps")
-    parser.add_argument("--workers", type=int, default=2)
+    harness.add_workers(parser)
     parser.add_argument("--scratch", default=None,
                         help="the folder that holds each row's output folder and database (default: the system's temp)")
     parser.add_argument("--one", nargs=2, metavar=("RUNS", "TRACKING"), help=argparse.SUPPRESS)
@@ -166,8 +163,6 @@ def main() -> None:
             row = measure(int(args.one[0]), args.one[1], args.run_ms, args.workers, Path(scratch))
         print("ROW " + json.dumps(row), flush=True)
         return
-    if any(n < 1 for n in args.runs):
-        parser.error("--runs: whole numbers >= 1")
     if args.scratch and not os.access(args.scratch, os.W_OK | os.X_OK):
         parser.error(f"--scratch: {args.scratch} is not a folder this user can write")
     print(f"stand-in runs of {args.run_ms:g} ms, {EVALUATIONS} evaluations; local backend, {args.workers} workers; "

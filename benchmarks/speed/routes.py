@@ -15,23 +15,24 @@ them), one thread, random or fitted data, seed 0:
                  --wdrbo: WDRBO's call (N = n, 100 Lipschitz points)
     adam-step    ms per Adam step of every acquisition on torch's and the compiled pass
 
-    .venv/bin/python benchmarks/routes.py accuracy --problems modified-branin portfolio-uniform
-    .venv/bin/python benchmarks/routes.py region --problems modified-branin portfolio-uniform ackley
-    .venv/bin/python benchmarks/routes.py forms-step --wdrbo
-    .venv/bin/python benchmarks/routes.py adam-step --n 40 --dim-c 2
+    .venv/bin/python benchmarks/speed/routes.py accuracy --problems modified-branin portfolio-uniform
+    .venv/bin/python benchmarks/speed/routes.py region --problems modified-branin portfolio-uniform ackley
+    .venv/bin/python benchmarks/speed/routes.py forms-step --wdrbo
+    .venv/bin/python benchmarks/speed/routes.py adam-step --n 40 --dim-c 2
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
-from wdrbo_dist.execution.threads import default_thread_environment
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmarks` when run as a file
 
-default_thread_environment(1)  # one thread, set before NumPy or torch is imported
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
-from paired import count  # noqa: E402 - the same argparse type
-from wdrbo_dist.models.settings import CPU, NumericalSettings  # noqa: E402
+from wdrbo_dist.models.settings import CPU, NumericalSettings
 
 # The routes are NumericalSettings (a run's come from its device); this measures one against
 # another on models built on each: CPU, the CPU's, and PAIRS, the pair products everywhere.
@@ -273,19 +274,16 @@ def pair_step_times(n: int, dim_c: int = 1, repeats: int = 5, calls: int = 60) -
 
 
 def main() -> None:
-    from wdrbo_dist.problems import problem_names
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     for name in ("accuracy", "region"):
         command = commands.add_parser(name)
-        command.add_argument("--problems", nargs="+", default=["modified-branin", "portfolio-uniform", "ackley"],
-                             choices=problem_names())
+        harness.add_problems(command, ["modified-branin", "portfolio-uniform", "ackley"])
     forms = commands.add_parser("forms-step")
     forms.add_argument("--wdrbo", action="store_true", help="WDRBO's call (N = n, 100 Lipschitz points)")
     adam = commands.add_parser("adam-step")
-    adam.add_argument("--n", type=count, default=99, help="training points of the GP")
-    adam.add_argument("--dim-c", type=count, default=1, help="context dimensions")
+    adam.add_argument("--n", type=harness.count, default=99, help="training points of the GP")
+    adam.add_argument("--dim-c", type=harness.count, default=1, help="context dimensions")
     args = parser.parse_args()
     if args.command == "accuracy":
         accuracy(args.problems)

@@ -6,9 +6,9 @@ settings, then extrapolates: every cell's seeds are assumed to take as long as t
 one, and the full set of runs is scheduled longest-first onto the workers (the runner's own
 policy), whose makespan is the estimate. Algorithms not yet registered are listed and left out.
 
-    .venv/bin/python benchmarks/study_estimate.py                      # the real thing (long)
-    .venv/bin/python benchmarks/study_estimate.py --evaluations 30     # a quick look: per-step
-                                                                       # time scaled to 100 (low)
+    .venv/bin/python benchmarks/runner/study_estimate.py                      # the real thing (long)
+    .venv/bin/python benchmarks/runner/study_estimate.py --evaluations 30     # a quick look: per-step
+                                                                              # time scaled to 100 (low)
 Target (issue 15): the full configs/paper_data_driven.yaml in <= 1.5 hours on 2 workers. The
 row "x ERBO, mean" is each algorithm's time relative to ERBO's, averaged over the problems: the
 `relative_cost` that orders a study's runs longest-first.
@@ -23,19 +23,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from wdrbo_dist.execution.threads import default_thread_environment
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmarks` when run as a file
 
-default_thread_environment(1)  # as the CLI's driver does, before NumPy or torch is imported
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
+import numpy as np
+import yaml
 
-from wdrbo_dist.cli.progress import Progress  # noqa: E402
-from wdrbo_dist.study.config import parse_study_config  # noqa: E402
-from wdrbo_dist.storage.store import ResultStore  # noqa: E402
-from wdrbo_dist.driver.study import run_study  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from wdrbo_dist.cli.progress import Progress
+from wdrbo_dist.study.config import parse_study_config
+from wdrbo_dist.storage.store import ResultStore
+from wdrbo_dist.driver.study import run_study
 
 
 def _stderr(line: str) -> None:
@@ -72,10 +70,10 @@ def extrapolate(result, records, evaluations: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("config", nargs="?", default=str(ROOT / "configs" / "paper_data_driven.yaml"))
-    parser.add_argument("--workers", type=int, default=2, help="workers for the measurement and the estimate")
+    parser.add_argument("config", nargs="?", default=str(harness.ROOT / "configs" / "paper_data_driven.yaml"))
+    harness.add_workers(parser, help="workers for the measurement and the estimate")
     parser.add_argument("--backend", default="local")
-    parser.add_argument("--evaluations", type=int, help="measure shorter runs and scale per BO step (underestimates)")
+    harness.add_evaluations(parser, None, help="measure shorter runs and scale per BO step (underestimates)")
     args = parser.parse_args()
 
     from wdrbo_dist.acquisition.registry import ALGORITHMS

@@ -7,10 +7,10 @@ With `--seeds K` every algorithm runs seeds S..S+K-1 (the algorithms interleaved
 seed, so drift in the machine's speed falls on all alike), and the targets use the mean time
 over seeds; the spread of the paired per-seed ratio is printed beside it.
 
-    .venv/bin/python benchmarks/run_time.py                       # every algorithm
-    .venv/bin/python benchmarks/run_time.py --algorithms wdrbo erbo --problems ackley
-    .venv/bin/python benchmarks/run_time.py --algorithms wdrbo erbo --problems ackley --seeds 6
-    .venv/bin/python benchmarks/run_time.py --algorithms drbo-mmd --option mmd_solver=SCS
+    .venv/bin/python benchmarks/speed/run_time.py                       # every algorithm
+    .venv/bin/python benchmarks/speed/run_time.py --algorithms wdrbo erbo --problems ackley
+    .venv/bin/python benchmarks/speed/run_time.py --algorithms wdrbo erbo --problems ackley --seeds 6
+    .venv/bin/python benchmarks/speed/run_time.py --algorithms drbo-mmd --option mmd_solver=SCS
 
 `--option KEY=VALUE` applies to every algorithm that declares KEY (see `wdrbo-dist list`);
 the "ms/inner" column is the mean time of one inner problem (a DRBO-MMD worst case, a
@@ -21,24 +21,24 @@ programs solved per inner problem (DRBO-MMD's working set: restricted programs, 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
-from wdrbo_dist.execution.threads import default_thread_environment
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmarks` when run as a file
 
-default_thread_environment(1)  # one thread per run, as a Ray task with num_cpus=1
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from wdrbo_dist.execution.allocator import keep_freed_memory  # noqa: E402
+from wdrbo_dist.acquisition.registry import ALGORITHMS
+from wdrbo_dist.analysis.statistics import mean_se
+from wdrbo_dist.execution.allocator import keep_freed_memory
+from wdrbo_dist.run.spec import RunSpec
+from wdrbo_dist.run.loop import run_one
 
-keep_freed_memory()  # as every worker does (backends/task.py, `execute`)
-
-from wdrbo_dist.acquisition.registry import ALGORITHMS  # noqa: E402
-from wdrbo_dist.analysis.statistics import mean_se  # noqa: E402
-from wdrbo_dist.cli import parse_option  # noqa: E402
-from wdrbo_dist.run.spec import RunSpec  # noqa: E402
-from wdrbo_dist.run.loop import run_one  # noqa: E402
+keep_freed_memory()  # as every worker does before its run (execution/task.py, `execute`)
 
 TARGETS = [
     # (description, numerator, denominator, bound) on the Ackley run times
@@ -53,17 +53,15 @@ MOST_TIMES_ERBO = 2.0  # no algorithm above this multiple of ERBO's Ackley run t
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS))
-    parser.add_argument("--problems", nargs="+", default=["ackley", "modified-branin"])
-    parser.add_argument("--evaluations", type=int, default=100)
+    harness.add_algorithms(parser)
+    harness.add_problems(parser, ["ackley", "modified-branin"])
+    harness.add_evaluations(parser)
     parser.add_argument("--seed", type=int, default=100)
-    parser.add_argument("--seeds", type=int, default=1, help="run seeds --seed, --seed + 1, ... and average")
-    parser.add_argument("--fidelity", default="paper")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE")
+    harness.add_seeds(parser, 1, help="run seeds --seed, --seed + 1, ... and average")
+    harness.add_fidelity(parser)
+    harness.add_option(parser)
     args = parser.parse_args()
-    if args.seeds < 1:
-        parser.error(f"--seeds: must be a whole number >= 1, got {args.seeds}")
-    options = dict(parse_option(o) for o in args.option)
+    options = dict(args.option)
     torch.set_num_threads(1)
 
     seconds: dict[tuple[str, str], list[float]] = {}
