@@ -51,10 +51,22 @@ class Case:
     problem: str
 
 
+def _package(module: str, before_layers: str):  # type: ignore[no-untyped-def]
+    """A module of the package, by its path now or, at a revision before the package's folders
+    were its layers, by its old path: `--against` runs this file against older revisions too."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"wdrbo_dist.{module}")
+    except ModuleNotFoundError:
+        return importlib.import_module(f"wdrbo_dist.{before_layers}")
+
+
 def cases() -> list[Case]:
     """Every algorithm in both profiles, then the longer runs of the basis and forms routes."""
-    from wdrbo_dist.acquisition.registry import ALGORITHMS
     from wdrbo_dist.problems import FIDELITIES
+
+    ALGORITHMS = _package("acquisition.registry", "algorithms").ALGORITHMS
 
     short = [Case(fidelity, algorithm, EVALUATIONS, PROBLEM) for fidelity in FIDELITIES for algorithm in ALGORITHMS]
     longer = [Case("paper", algorithm, LONGER_EVALUATIONS, PROBLEM) for algorithm in LONGER]
@@ -67,9 +79,9 @@ def pinned_runs(selected: list[Case] | None = None, options: dict | None = None)
     import torch
     from threadpoolctl import threadpool_limits
 
-    from wdrbo_dist.run.records import deterministic_part
-    from wdrbo_dist.run.spec import RunSpec
-    from wdrbo_dist.run.loop import run_one
+    deterministic_part = _package("run.records", "records").deterministic_part
+    RunSpec = _package("run.spec", "run").RunSpec
+    run_one = _package("run.loop", "run").run_one
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
