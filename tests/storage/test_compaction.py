@@ -4,6 +4,9 @@ and report read both forms."""
 
 from __future__ import annotations
 
+import errno
+import os
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -87,10 +90,13 @@ def test_rounds_add_up_and_a_run_saved_again_is_found_once(tmp_path: Path) -> No
     store, results = stored(tmp_path, range(1, 3))
     store.compact()
     store.save(finished(spec(seed=9)))
-    store.save(results[0])  # run again (--force): its loose copy and its compacted row
-    assert store.compact() == 1  # the new run; the one already compacted is only tidied away
+    again = replace(results[0], records=results[0].records.assign(y=results[0].records["y"] + 1.0))
+    store.save(again)  # run again (--force): its new result replaces its compacted row
+    assert store.compact() == 2
     assert len(store.finished_keys()) == 5 and store.loose_keys() == set()
     assert len(list((store.root / "compacted" / "index").glob("round-*.parquet"))) == 2
+    fresh = ResultStore(store.root)
+    pd.testing.assert_frame_equal(fresh.read_records(again.spec.run_key), again.records, check_exact=True)
 
 
 def test_a_round_extends_the_index_in_memory_as_a_fresh_reader_reads_it(tmp_path: Path, monkeypatch) -> None:
@@ -116,12 +122,12 @@ def test_a_crash_before_the_rounds_index_leaves_loose_runs_and_files_the_next_ro
     compacted = CompactedRuns(store.root)
     runs = [(store.read_meta(r.spec.run_key), store.read_records(r.spec.run_key)) for r in results]
     compacted.add_round(runs)
-    (store.root / "compacted" / "index" / "round-1.parquet").unlink()  # the commit never happened
+    (store.root / "compacted" / "index" / "round-1.json").unlink()  # the commit never happened
     fresh = ResultStore(store.root)
     assert fresh.finished_keys() == {r.spec.run_key for r in results} == fresh.loose_keys()
     assert fresh.compact() == 6
-    files = {p.relative_to(store.root / "compacted").as_posix() for p in (store.root / "compacted").rglob("*.parquet")}
-    assert files == {"index/round-1.parquet", *fresh.compacted.parts()}
+    files = {p.relative_to(store.root / "compacted").as_posix() for p in (store.root / "compacted").rglob("round-*")}
+    assert files == {"index/round-2.parquet", "index/round-2.json", *fresh.compacted.parts()}
     for r in results:
         pd.testing.assert_frame_equal(ResultStore(store.root).read_records(r.spec.run_key), r.records, check_exact=True)
 
@@ -175,7 +181,7 @@ def test_a_damaged_compacted_file_is_named_set_aside_and_its_runs_run_again(tmp_
     (damage,) = fresh.damaged()
     assert damage.line(fresh.root).startswith("damaged file compacted/records/problem=ackley/round-1.parquet")
     folder = fresh.set_aside([damage])
-    assert folder is not None and (folder / "problem=ackley" / "round-1.parquet").is_file()
+    assert folder is not None and (folder / "compacted" / "records" / "problem=ackley" / "round-1.parquet").is_file()
     assert ResultStore(store.root).damaged() == [] and len(ResultStore(store.root).finished_keys()) == 2
 
 
@@ -234,3 +240,114 @@ def test_a_compaction_that_cannot_write_says_so_on_its_own_line_and_loses_nothin
     assert line == (f"warning: the finished runs stay in their own files, not compacted: cannot write {tmp_path / 'out'} "
                     "(No space left on device); nothing is lost, the next `run` compacts them")
     assert len(ResultStore(tmp_path / "out").loose_keys()) == 3
+
+
+def flip(path: Path, at: int, data: bytes = b"\x00\x01\x02\x03\x04\x05\x06\x07") -> None:
+    """Overwrite bytes of `path` in place at `at` (negative: from the end)."""
+    raw = bytearray(path.read_bytes())
+    at = at % len(raw)
+    raw[at:at + len(data)] = bytes(b ^ 0xFF for b in raw[at:at + len(data)])
+    path.write_bytes(bytes(raw))
+
+
+def test_eight_bytes_changed_inside_a_data_page_are_caught_not_served(tmp_path: Path) -> None:
+    """The parquet still reads (its footer is whole), but its numbers are not what was written."""
+    store, results = stored(tmp_path, range(1, 3))
+    store.compact()
+    path = store.root / "compacted" / "records" / "problem=ackley" / "round-1.parquet"
+    flip(path, 200)
+    fresh = ResultStore(store.root)
+    ackley = {r.spec.run_key for r in results if r.spec.problem == "ackley"}
+    assert ackley and not ackley & fresh.finished_keys()
+    (damage,) = fresh.damaged()
+    assert damage.path == path and "checksum" in damage.problem
+    assert fresh.compacted.scan(ackley, ["y"]).empty  # nothing of it is served
+
+
+def test_a_damaged_index_sets_its_round_aside_whole_and_its_number_is_never_reused(tmp_path: Path) -> None:
+    store, results = stored(tmp_path, range(1, 3))
+    store.compact()
+    index = store.root / "compacted" / "index" / "round-1.parquet"
+    index.write_bytes(index.read_bytes()[: len(index.read_bytes()) // 2])
+    fresh = ResultStore(store.root)
+    assert fresh.finished_keys() == set()
+    (damage,) = fresh.damaged()
+    kept = {p.read_bytes() for p in damage.companions if "records" in p.parts}
+    folder = fresh.set_aside([damage])
+    assert folder is not None
+    aside = {p.read_bytes() for p in (folder / "compacted" / "records").rglob("*.parquet")}
+    assert aside == kept and len(aside) == 2  # the intact records, kept
+    for result in results:  # run again
+        fresh.save(result)
+    assert fresh.compact() == len(results)
+    assert sorted(p.name for p in (store.root / "compacted" / "index").iterdir()) == ["round-2.json", "round-2.parquet"]
+    assert len(ResultStore(store.root).finished_keys()) == len(results)
+
+
+def test_a_damaged_manifest_sets_its_round_aside(tmp_path: Path) -> None:
+    store, _ = stored(tmp_path, range(1, 2))
+    store.compact()
+    flip(store.root / "compacted" / "index" / "round-1.json", 30, b"7")
+    fresh = ResultStore(store.root)
+    (damage,) = fresh.damaged()
+    assert damage.path.name == "round-1.json" and fresh.finished_keys() == set()
+    assert len(damage.companions) == 4  # the manifest, the index and two problems' records
+
+
+def test_the_end_of_a_command_deletes_only_the_files_compaction_moved(tmp_path: Path) -> None:
+    store, _ = stored(tmp_path, range(1, 2))
+    store.discarded_dir.mkdir()
+    foreign = store.discarded_dir / "thesis.tex"
+    foreign.write_text("not the runner's")
+    store.compact()
+    assert store.empty_discarded() == 4 and foreign.read_text() == "not the runner's"
+
+
+def test_runs_on_another_file_system_are_compacted_and_their_files_deleted(tmp_path: Path, monkeypatch) -> None:
+    store, results = stored(tmp_path, range(1, 2))
+    real = os.replace
+
+    def across(src, dst):  # runs/ and discarded/ on two file systems
+        if Path(dst).parent.name == "discarded":
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), str(src))
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "replace", across)
+    assert store.compact() == len(results)
+    assert store.loose_keys() == set() and not list(store.runs_dir.iterdir())
+    assert len(ResultStore(store.root).finished_keys()) == len(results)
+
+
+def test_a_damaged_compacted_file_is_never_summarised_and_run_replaces_it(
+    tmp_path: Path, small_rounds: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """8 bytes changed inside a data page: `status` counts its runs missing and names the file,
+    `summarize` prints none of its numbers and no traceback, `run` sets it aside and runs them
+    again, and the summary is then the first one, to the digit."""
+    config = tmp_path / "study.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "flipped", "problems": ["newsvendor", "three-hump-camel"],
+        "algorithms": [{"name": "gp-ucb", "options": {"raw_samples": 16, "num_restarts": 2}}],
+        "seeds": [1, 2, 3], "evaluations": 6, "init_size": 5, "backend": "serial", "tracking_uri": "none",
+        "output_dir": str(tmp_path / "out"),
+    }))
+    dashboards = str(tmp_path / "dash")
+    assert main(["run", str(config), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["summarize", str(config), "--dashboards", dashboards]) == 0
+    whole = capsys.readouterr().out
+    [path] = (tmp_path / "out" / "compacted" / "records").glob("problem=newsvendor/round-*.parquet")
+    flip(path, len(path.read_bytes()) // 3)
+    assert main(["status", str(config)]) == 0
+    status = capsys.readouterr().out
+    assert f"damaged file compacted/records/problem=newsvendor/{path.name}" in status
+    main(["summarize", str(config), "--dashboards", dashboards])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    newsvendor = [line for line in captured.out.splitlines() if "Newsvendor" in line or "newsvendor" in line]
+    assert newsvendor and all(line not in whole for line in newsvendor)  # no number of the damaged file
+    assert main(["run", str(config), "--quiet"]) == 0
+    assert any(p.name == path.name for p in (tmp_path / "out" / "damaged").rglob("*.parquet"))
+    capsys.readouterr()
+    assert main(["summarize", str(config), "--dashboards", dashboards]) == 0
+    assert capsys.readouterr().out == whole

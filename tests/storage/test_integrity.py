@@ -109,7 +109,8 @@ def test_a_run_written_by_another_version_is_not_judged_by_its_hash(tmp_path: Pa
     meta = json.loads(store.meta_path(key).read_text())
     old_key = "00000000000000aa"
     write_parquet_atomic(records(), store.records_path(old_key))
-    write_json_atomic({**meta, "run_key": old_key, "version": "0.0.1"}, store.meta_path(old_key))
+    older = {k: v for k, v in meta.items() if k not in ("checksum", "records_sha256")}  # an older layout
+    write_json_atomic({**older, "run_key": old_key, "version": "0.0.1"}, store.meta_path(old_key))
     assert store.finished_keys() == {key, old_key} and store.damaged() == []
 
 
@@ -241,3 +242,24 @@ def test_a_damaged_run_run_again_has_one_finished_mlflow_child(tmp_path: Path, c
         statuses.setdefault(run.data.tags["run_key"], []).append(run.info.status)
     assert sorted(statuses[damaged.run_key]) == ["FINISHED", "KILLED"]  # the set-aside result's child
     assert statuses[whole.run_key] == ["FINISHED"]
+
+
+@pytest.mark.parametrize("kind", ["records", "meta", "failure marker"])
+def test_a_byte_changed_anywhere_in_a_runs_files_is_caught(tmp_path: Path, kind: str) -> None:
+    """Every byte read back is verified: a digit changed inside a number still parses, but the
+    checksum the json carries (of itself, and of the parquet's bytes) no longer matches."""
+    store, key = saved(tmp_path)
+    if kind == "failure marker":
+        store.save(RunResult(spec=spec(seed=3), status="FAILED", error="ValueError: boom"))
+        key = spec(seed=3).run_key
+        path = store.failed_path(key)
+    else:
+        path = store.records_path(key) if kind == "records" else store.meta_path(key)
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"wall_time_s") + 16 if kind != "records" else len(raw) // 3
+    raw[at] = (raw[at] + 1) % 256 if kind == "records" else ord("7") if raw[at] != ord("7") else ord("3")
+    path.write_bytes(bytes(raw))
+    fresh = ResultStore(store.root)
+    assert key not in fresh.finished_keys() | fresh.failed_keys()
+    (damage,) = fresh.damaged()
+    assert damage.path == path

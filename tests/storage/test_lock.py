@@ -136,3 +136,16 @@ def test_a_running_study_keeps_its_runs_when_a_second_driver_is_started(tmp_path
     children = client.search_runs([experiment.experiment_id], "tags.role = 'run'")
     assert sorted((r.data.tags["run_key"], r.info.status) for r in children) == sorted(
         (r.run_key, "FINISHED") for r in study.runs)
+
+
+def test_the_lock_holds_when_its_file_is_deleted(tmp_path: Path) -> None:
+    """Someone deletes driver.lock while a driver works: a second driver still stops."""
+
+    with driver_lock(tmp_path, command="first") as held:
+        assert held is not None
+        (tmp_path / LOCK_NAME).unlink()
+        with pytest.raises(FolderInUse):
+            with driver_lock(tmp_path, command="second"):
+                pass
+    with driver_lock(tmp_path, command="third") as held:  # released with the first
+        assert held is not None

@@ -96,7 +96,7 @@ def test_a_full_disk_during_run_cancels_the_runs_in_flight_and_keeps_the_finishe
         [line] = [x for x in lines if x.startswith("output folder not writable")]
         assert f"cannot write {out} (No space left on device)" in line and "the runs in flight were cancelled" in line
         assert line.endswith("free space and run the same command again (exit 74)")
-        [kept] = list((spare / "wdrbo-dist-unsaved").iterdir())
+        [kept] = list(spare.glob("wdrbo-dist-unsaved-*"))
         assert f"is kept in {kept}: move {kept}/runs/* into {out}/runs/" in line
         stored, elsewhere = ResultStore(out).finished_keys(), ResultStore(kept).finished_keys()
         assert len(elsewhere) == 1 and not stored & elsewhere
@@ -128,7 +128,7 @@ def test_run_one_on_a_full_disk_keeps_the_finished_run_elsewhere(tmp_path):
                               capture_output=True, text=True, timeout=120, env=os.environ | {"TMPDIR": str(spare)})
     assert done.returncode == 74 and "Traceback" not in done.stderr
     [line] = done.stderr.strip().splitlines()
-    [kept] = list((spare / "wdrbo-dist-unsaved").glob("*/r.parquet"))
+    [kept] = list(spare.glob("wdrbo-dist-unsaved-*/r.parquet"))
     assert line == (f"wdrbo-dist run-one: error: cannot write {out} (No space left on device); the run finished "
                     f"and the records are in {kept}")
     assert len(pd.read_parquet(kept)) == 8
@@ -216,3 +216,37 @@ def test_a_disk_full_before_the_first_run_is_one_line_and_exit_74(tmp_path, caps
         lines = error_lines(capsys)
     assert lines == [f"wdrbo-dist run: error: cannot write study.json in {disk}/out (No space left on device); "
                      "no run started; free space and run again"]
+
+
+def test_a_folder_of_files_the_runner_did_not_write_is_refused_and_left_alone(tmp_path, capsys):
+    """The runner deletes and overwrites only what it wrote: a folder holding anything else is
+    refused with one line, exit 2, before any work; nothing in it changes."""
+    out = tmp_path / "thesis"
+    out.mkdir()
+    (out / "chapter1.tex").write_text("months of work")
+    (out / "study.json").write_text('{"tool": "another"}')
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert main(["run", str(config(tmp_path, out)), "--quiet"]) == 2
+    (line,) = error_lines(capsys)
+    assert "holds files the runner did not write (chapter1.tex)" in line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    (out / "chapter1.tex").unlink()  # a study.json another tool wrote is not ours either
+    assert main(["run", str(config(tmp_path, out)), "--quiet"]) == 2
+    assert "its study.json is not one the runner wrote" in error_lines(capsys)[0]
+    assert (out / "study.json").read_text() == '{"tool": "another"}'
+
+
+def test_a_file_someone_put_in_discarded_survives_the_end_of_a_command(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(config(tmp_path, out)), "--quiet"]) == 0
+    (out / "discarded").mkdir(exist_ok=True)
+    (out / "discarded" / "thesis.tex").write_text("kept")
+    assert main(["run", str(config(tmp_path, out, seeds=[1, 2, 3])), "--quiet"]) == 0
+    assert (out / "discarded" / "thesis.tex").read_text() == "kept"
+
+
+def test_a_sqlite_tracking_store_inside_the_output_folder_is_the_runners(tmp_path, capsys):
+    out = tmp_path / "out"
+    study = config(tmp_path, out, tracking_uri=f"sqlite:///{out}/mlflow.db")
+    assert main(["run", str(study), "--quiet"]) == 0
+    assert main(["run", str(study), "--quiet"]) == 0  # mlflow.db and mlruns/ are not foreign

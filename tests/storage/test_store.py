@@ -132,3 +132,40 @@ def test_temporary_files_are_not_mistaken_for_runs(tmp_path: Path) -> None:
     assert store.finished_keys() == {spec(seed=4).run_key}
     assert json.loads(store.meta_path(spec(seed=4).run_key).read_text())["status"] == "FINISHED"
     assert os.access(store.records_path(spec(seed=4).run_key), os.R_OK)
+
+
+def test_the_temporaries_a_crash_left_are_deleted_and_nothing_else(tmp_path: Path) -> None:
+    store = ResultStore(tmp_path)
+    store.save(finished(spec()))
+    key = spec().run_key
+    ours = [store.runs_dir / f".{key}.parquet.4242.tmp", store.root / ".study.json.abc123.tmp"]
+    foreign = [store.runs_dir / ".notes.tmp", store.root / "draft.tmp", store.runs_dir / f".{key}.parquet.bak"]
+    for path in [*ours, *foreign]:
+        path.write_bytes(b"x")
+    assert store.remove_temporaries() == 2
+    assert [p.exists() for p in ours] == [False, False] and all(p.exists() for p in foreign)
+
+
+def test_a_folder_flush_the_disk_refuses_is_an_error_not_silence(tmp_path: Path, monkeypatch) -> None:
+    import errno
+    import os
+
+    from wdrbo_dist.storage import atomic
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(atomic.os, "fsync", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        atomic.fsync_dir(tmp_path)
+
+
+def test_a_new_partition_folder_is_made_durable_in_its_parent(tmp_path: Path, monkeypatch) -> None:
+    from wdrbo_dist.storage import compacted
+
+    flushed: list[Path] = []
+    monkeypatch.setattr(compacted, "fsync_dir", lambda folder: flushed.append(Path(folder)))
+    store = ResultStore(tmp_path)
+    store.save(finished(spec()))
+    store.compact()
+    assert store.compacted.records_dir in flushed and store.compacted.folder in flushed

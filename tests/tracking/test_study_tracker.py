@@ -286,3 +286,30 @@ def test_unreachable_or_unusable_stores_fail_fast_with_one_line(tmp_path: Path) 
 def test_the_study_experiment_is_tagged_as_model_training_for_mlflow_3(tracked) -> None:
     tracker, _, _, client = tracked
     assert client.get_experiment(tracker.experiment_id).tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_while_mlflow_is_away_the_backlog_holds_keys_and_logs_from_the_store(tracked, monkeypatch) -> None:
+    """Memory stays bounded however long the store is away: the backlog keeps run keys, and the
+    results are read back from the store once MLflow answers again."""
+    tracker, study, store, client = tracked
+    tracker.store = store
+    down = {"now": True}
+
+    def write(*args, **kwargs):
+        if down["now"]:
+            raise ConnectionError("mlflow is away")
+        return real_write(*args, **kwargs)
+
+    real_write = tracker.batch.write
+    monkeypatch.setattr(tracker.batch, "write", write)
+    monkeypatch.setattr(sqlite_batch, "BATCH_RUNS", 1, raising=False)
+    monkeypatch.setattr("wdrbo_dist.tracking.study_tracker.BATCH_RUNS", 1)
+    results = [finished(s) for s in study.runs]
+    for result in results:
+        store.save(result)
+        tracker.deliver(result, None, store.records_path(result.spec.run_key))
+    assert tracker.unreachable and tracker.backlog
+    assert all(isinstance(kept, str) for kept, _, _ in tracker.backlog)  # keys, not results
+    down["now"] = False
+    assert tracker.flush()[-1].startswith("mlflow answers again")
+    assert sorted(tracker.child_runs()) == sorted(r.spec.run_key for r in results)

@@ -128,6 +128,7 @@ class StudyRun:
         """Set damaged files aside, work out what is missing, write study.json, name other versions."""
         study, store = self.study, self.store
         with writing("the damaged runs' files", store.root):
+            store.remove_temporaries()  # what a crash left mid-write
             _set_aside_damaged(study, store, self.console.echo)
         plan = plan_study(study, store, force=self.how.force, rerun_failed=self.how.rerun_failed)
         self.report = StudyReport(study=study, plan=plan)
@@ -143,7 +144,7 @@ class StudyRun:
         if not study.tracking_enabled:
             return
         try:
-            tracker = StudyTracker(study.tracking_uri, study.name)
+            tracker = StudyTracker(study.tracking_uri, study.name, store=self.store)
             tracker.start(study, study.config_text(), {"backend": self.how.backend, "workers": self.how.workers})
             self.report.runs_address = tracker.runs_address()
             tracker.load_ledger(self.store.root)

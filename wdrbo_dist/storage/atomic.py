@@ -7,6 +7,7 @@ The result store, the study file and the single-run command write through these.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -18,16 +19,25 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+# Where a folder cannot be opened or flushed at all (some network and Windows file systems), or is gone:
+# nothing to make durable there. Any other error (EIO, ENOSPC) is the disk's, and raised.
+UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EBADF, errno.EACCES, errno.EISDIR, errno.EPERM, errno.ENOENT}
+
+
 def fsync_dir(folder: Path) -> None:
-    """Make a rename in `folder` durable (a no-op where directories cannot be opened)."""
+    """Make a rename in `folder` durable; OSError when the disk fails it (a no-op where folders
+    cannot be flushed)."""
     try:
         fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
+    except OSError as exc:
+        if exc.errno in UNSUPPORTED:
+            return
+        raise
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as exc:
+        if exc.errno not in UNSUPPORTED:
+            raise
     finally:
         os.close(fd)
 

@@ -1,4 +1,5 @@
-"""One driver per output folder: an flock on `<output_dir>/driver.lock`, naming its holder.
+"""One driver per output folder: an flock on the folder itself and on `<output_dir>/driver.lock`,
+which names its holder.
 
 A second driver on the same folder (another terminal, a resubmitted job) would run the first
 one's runs again and mark its MLflow runs KILLED, so it stops with `FolderInUse` first.
@@ -33,15 +34,22 @@ def driver_lock(output_dir: str | os.PathLike[str], command: str | None = None) 
     the first's MLflow runs KILLED. The hold is an flock on the open file: the OS drops it
     when the process ends, however it ends (SIGKILL, out of memory), so a crashed driver leaves
     nothing stuck. The file only says who holds it (host, pid, start, command), for the
-    message; it is never deleted, as a second process may be about to lock it. The descriptor
-    is close-on-exec, so the spawned pool and Ray processes never hold it. Yields the lock
-    file, or None where the file system cannot lock (the caller warns: no protection there).
+    message; it is never deleted, as a second process may be about to lock it. The folder's own
+    descriptor is locked first, so that deleting the file lets no second driver in. The
+    descriptors are close-on-exec, so the spawned pool and Ray processes never hold them.
+    Yields the lock file, or None where the file system cannot lock (the caller warns).
     """
     path = Path(output_dir) / LOCK_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    folder_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        locked = _lock(fd, path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except BaseException:
+        os.close(folder_fd)
+        raise
+    try:
+        locked = _lock(folder_fd, path)
+        locked = _lock(fd, path) and locked
         if locked:
             holder = {"host": socket.gethostname(), "pid": os.getpid(),
                       "started": time.strftime("%Y-%m-%d %H:%M:%S %z"),
@@ -60,7 +68,8 @@ def driver_lock(output_dir: str | os.PathLike[str], command: str | None = None) 
                 except OSError:
                     pass
     finally:
-        os.close(fd)  # releases the flock
+        os.close(fd)  # releases the flocks
+        os.close(folder_fd)
 
 
 def _lock(fd: int, path: Path) -> bool:

@@ -75,18 +75,18 @@ def writing(what: str, folder: Path) -> Iterator[None]:
 
 
 def keep_elsewhere(name: str, save: Callable[[Path], object]) -> tuple[Path | None, str]:
-    """Call `save(folder)` on a new folder `wdrbo-dist-unsaved/<name>-<time>` under the temporary
+    """Call `save(folder)` on a new folder `wdrbo-dist-unsaved-<name>-<time>-<random>` made by
+    `mkdtemp` (unpredictable, this user's alone, never through a link) under the temporary
     folder, else under the home folder: (the folder, "") or (None, why neither took it)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     why = ""
     for base in (Path(tempfile.gettempdir()), Path.home()):
-        folder = base / "wdrbo-dist-unsaved" / f"{name}-{stamp}-{os.getpid()}"
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            folder = Path(tempfile.mkdtemp(prefix=f"wdrbo-dist-unsaved-{name}-{stamp}-", dir=base))
             save(folder)
             return folder, ""
         except OSError as exc:
-            why = f"{folder}: {reason(exc)}"
+            why = f"{base}: {reason(exc)}"
     return None, why
 
 
@@ -94,20 +94,61 @@ class OtherStudy(ValueError):
     """The output folder holds another study's runs (its study.json names another study)."""
 
 
+# What the runner writes in an output folder (`store`'s layout comment): anything else there is not ours.
+OURS = {"runs", "failed", "compacted", "damaged", "discarded", "logs", "driver.lock", "study.json", "mlflow.json"}
+SQLITE_SIDE_FILES = ("", "-journal", "-wal", "-shm")
+
+
+def _tracking_files(study: "StudySpec") -> set[str]:
+    """The names a sqlite tracking store inside the output folder adds there (its file, and the
+    artifacts folder MLflow keeps beside it)."""
+    uri = str(study.tracking_uri)
+    if not uri.startswith("sqlite:///"):
+        return set()
+    database = Path(uri[len("sqlite:///"):])
+    if database.parent.resolve() != Path(study.output_dir).resolve():
+        return set()
+    return {database.name + side for side in SQLITE_SIDE_FILES} | {"mlruns"}
+
+
 def check_same_study(study: "StudySpec") -> None:
-    """One study per output folder: raise `OtherStudy` when its study.json names another.
+    """One study per output folder, and never a folder of files the runner did not write: raise
+    `OtherStudy` when its study.json names another study, is not the runner's, or when the
+    folder holds anything else (the runner would overwrite or delete it).
 
     Two studies in one folder would overwrite each other's study.json, and a run both ask for
     would be logged in MLflow under the first one's name only.
     """
-    path = Path(study.output_dir) / "study.json"
+    folder = Path(study.output_dir)
     try:
-        held = json.loads(path.read_text()).get("name")
-    except (OSError, ValueError, AttributeError):
-        return  # no study yet (or an unreadable file, rewritten by the run)
-    if isinstance(held, str) and held != study.name:
+        entries = [entry.name for entry in os.scandir(folder)]
+    except OSError:
+        return  # no folder yet (`check_folder` judges one that cannot be read)
+    ours = OURS | _tracking_files(study)
+    foreign = sorted(name for name in entries if name not in ours and not _our_temporary(name))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise OtherStudy(f"output_dir {folder} holds files the runner did not write ({shown}): name an empty "
+                         f"folder, or the output folder of study {study.name!r}")
+    path = folder / "study.json"
+    if not path.exists():
+        return
+    try:
+        held_file = json.loads(path.read_bytes())
+        held = held_file["name"]
+        if not isinstance(held, str) or "run_keys" not in held_file:
+            raise ValueError(held)
+    except (OSError, ValueError, KeyError, TypeError):
+        raise OtherStudy(f"output_dir {folder}: its study.json is not one the runner wrote: name an empty folder, "
+                         f"or the output folder of study {study.name!r}") from None
+    if held != study.name:
         raise OtherStudy(f"output_dir {study.output_dir} holds study {held!r} ({path}), not {study.name!r}: "
                          f"one study per folder; give {study.name!r} another output_dir")
+
+
+def _our_temporary(name: str) -> bool:
+    """A temporary of an atomic write (`.<name>.<...>.tmp`) of a file the runner writes here."""
+    return name.startswith(".") and name.endswith(".tmp") and name[1:].split(".", 1)[0] in {"study", "mlflow"}
 
 
 def other_versions_line(store: "ResultStore") -> str:

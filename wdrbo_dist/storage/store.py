@@ -10,11 +10,12 @@ finished or damaged, and the meta's fields.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,81 +26,11 @@ import pyarrow.parquet as pq
 from wdrbo_dist import __version__
 from wdrbo_dist.errors import one_line
 from wdrbo_dist.storage.atomic import fsync_dir, parquet_bytes, write_bytes_atomic, write_json_atomic
+from wdrbo_dist.storage.checks import Damage, FileSignature, new_folder, read_meta_file, signature, stems
 from wdrbo_dist.storage.compacted import CompactedRuns
+from wdrbo_dist.storage.integrity import RECORDS_CHECKSUM, digest, file_digest, seal
 from wdrbo_dist.run.spec import RunResult
 from wdrbo_dist.storage.run_files import result_meta, spec_from_dict
-
-
-FileSignature = tuple[int, int, int] | None  # inode, size, mtime (ns) of a file; None: no file
-
-
-@dataclass(frozen=True)
-class Damage:
-    """A stored file of a run that does not read back whole or disagrees with its partner."""
-
-    run_key: str
-    path: Path  # the file at fault
-    problem: str  # what is wrong with it, in a few words
-    label: str = ""  # the run's label where its meta could be read
-
-    def line(self, root: Path, label: str = "") -> str:
-        """One line for the user: the run, the file (relative to the output folder), the fault."""
-        if not self.run_key:  # a compacted file: many runs
-            return f"damaged file {self.path.relative_to(root)}: {self.problem} (its runs run again)"
-        name = label or self.label or "?"
-        return f"damaged run {name} [{self.run_key}]: {self.path.relative_to(root)}: {self.problem}"
-
-
-def _signature(path: Path) -> FileSignature:
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
-
-
-def _stems(folder: Path) -> set[str]:
-    """The run keys of the json files in `folder` (temporary files start with a dot)."""
-    if not folder.is_dir():
-        return set()
-    return {p.stem for p in folder.glob("*.json") if not p.name.startswith(".")}
-
-
-def _read_meta_file(path: Path, run_key: str, status: str) -> tuple[dict[str, Any] | None, str]:
-    """(meta, "") when the json at `path` is whole for `run_key` with `status`; else (None, why).
-
-    The spec's hash is compared with the key only for a file this version wrote (the version
-    is part of the key); an older version's runs have keys no study of this version asks for.
-    """
-    try:
-        meta = json.loads(path.read_bytes())
-    except (OSError, ValueError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None, f"not readable JSON ({one_line(exc, named=True)})"
-    if not isinstance(meta, dict):
-        return None, f"not a JSON object but {type(meta).__name__}"
-    if meta.get("status") != status:
-        return None, f"status is {meta.get('status')!r}, expected {status!r}"
-    if meta.get("run_key") != run_key:
-        return None, f"its run_key is {meta.get('run_key')!r}, not the file's name"
-    try:
-        spec = spec_from_dict(meta["spec"])
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        return None, f"its spec cannot be read ({one_line(exc, named=True)})"
-    if meta.get("version") == __version__ and spec.run_key != run_key:
-        return None, f"its spec hashes to {spec.run_key}, not the file's name"
-    return meta, ""
-
-
-def _new_folder(base: Path) -> Path:
-    """`base`, or `base-2`, `base-3`, ... : a folder that did not exist, now created."""
-    candidate, n = base, 1
-    while True:
-        try:
-            candidate.mkdir(parents=True)
-            return candidate
-        except FileExistsError:
-            n += 1
-            candidate = base.with_name(f"{base.name}-{n}")
 
 
 # Layout under a study's output folder:
@@ -134,6 +65,11 @@ def _new_folder(base: Path) -> Path:
 #     run_key, label, status ("FINISHED" | "FAILED"), spec (every RunSpec field, options as a
 #     dict: what the user gave), options (every option the run used, RunResult.options), summary (RunResult.summary()), error (traceback or null), wall_time_s, started_at,
 #     saved_at (unix times), host, pid, version (the package's), rows.
+TEMPORARY_NAME = re.compile(r"^\.(?:[0-9a-f]{16}\.(?:json|parquet)|round-\d+\.(?:json|parquet)|study\.json|mlflow\.json)"
+                            r"\.[^/]*\.tmp$")  # `atomic`'s temporaries of the files the store writes
+DISCARDED_NAME = re.compile(r"^[0-9a-f]{16}\.(?:json|parquet)$")  # <run_key>.<ext>, as `_discard` names them
+
+
 class ResultStore:
     """The runs of one study's output folder (see the module docstring for the layout)."""
 
@@ -176,6 +112,7 @@ class ResultStore:
             if result.records is None:
                 raise ValueError(f"{result.spec.label}: a FINISHED result must carry records")
             data = result.records_parquet if result.records_parquet is not None else parquet_bytes(result.records)
+            meta = seal({**meta, RECORDS_CHECKSUM: digest(data)})
             write_bytes_atomic(data, self.records_path(key), sync_dir=False, reuse=self._spare_file())
             write_json_atomic(meta, self.meta_path(key), reuse=self._spare_file())  # flushes runs/: both renames
             if key in self._failure_markers():
@@ -183,10 +120,10 @@ class ResultStore:
                 self._markers.discard(key)  # type: ignore[union-attr]
             self._saved[key] = (meta, result.records)
             # Whole as written (checked again once either file changes): a compaction need not read them back.
-            self._whole[key] = (_signature(self.meta_path(key)), _signature(self.records_path(key)))
+            self._whole[key] = (signature(self.meta_path(key)), signature(self.records_path(key)))
             self._versions[key] = __version__
             return self.meta_path(key)
-        write_json_atomic(meta, self.failed_path(key))
+        write_json_atomic(seal(meta), self.failed_path(key))
         self._failure_markers().add(key)
         return self.failed_path(key)
 
@@ -200,7 +137,7 @@ class ResultStore:
     # --- queries -------------------------------------------------------------------------------
     def loose_keys(self) -> set[str]:
         """The finished runs in their own files (not yet compacted)."""
-        return {key for key in _stems(self.runs_dir) if self._finished_damage(key) is None}
+        return {key for key in stems(self.runs_dir) if self._finished_damage(key) is None}
 
     def finished_keys(self) -> set[str]:
         """Run keys whose files read back whole and agree: the finished runs, loose or compacted
@@ -216,22 +153,31 @@ class ResultStore:
         before it) are deleted. The driver calls this under the folder's lock."""
         done = self.compacted.keys()
         loose = self.loose_keys()
+        leftovers = {key for key in loose & done if self._same_as_compacted(key)}  # a crash after a round
         runs = []
-        for key in sorted(loose - done):
+        for key in sorted(loose - leftovers):  # a run done again (--force, damaged) replaces its compacted copy
             saved = self._saved.get(key)
             runs.append(saved if saved is not None else (self.read_meta(key), self.read_records(key)))
         moved = self.compacted.add_round(runs)
-        if moved or loose & done:
+        if moved or leftovers:
             self.discarded_dir.mkdir(exist_ok=True)
-        for key in [*moved, *(loose & done)]:
+        for key in [*moved, *leftovers]:
             self._discard(self.meta_path(key))  # the marker first: a parquet alone is no run
             self._discard(self.records_path(key))
             self._whole.pop(key, None)
-        if moved or loose & done:
+        if moved or leftovers:
             fsync_dir(self.runs_dir)
-        self.compacted.remove_orphans()
+        self.compacted.remove_uncommitted()
         self._saved.clear()
         return len(moved)
+
+    def _same_as_compacted(self, run_key: str) -> bool:
+        """Whether a loose run's files are the copy its compacted row was made from (saved at the
+        same time), not a later run of the same key."""
+        compacted = self.compacted.meta(run_key) or {}
+        saved = self._saved.get(run_key)
+        loose = saved[0] if saved is not None else json.loads(self.meta_path(run_key).read_bytes())
+        return loose.get("saved_at") == compacted.get("saved_at")
 
     def _discard(self, path: Path) -> None:
         """Move a compacted run's file out of runs/: the next runs' files reuse it (`save`), and
@@ -246,10 +192,33 @@ class ResultStore:
             os.replace(path, self.discarded_dir / path.name)
         except FileNotFoundError:  # gone already
             return
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            path.unlink()  # runs/ on another file system: its compacted copy is committed, delete it now
+            return
         self._spares.append(self.discarded_dir / path.name)
 
     def _spare_file(self) -> Path | None:
         return self._spares.pop() if self._spares else None
+
+    def remove_temporaries(self) -> int:
+        """Delete the temporaries of atomic writes a crash left (`.<file>.<...>.tmp` beside a file
+        the store writes, and nothing else); the driver calls it under the folder's lock."""
+        folders = [self.root, self.runs_dir, self.failed_dir, self.compacted.index_dir]
+        if self.compacted.records_dir.is_dir():
+            folders += [p for p in self.compacted.records_dir.iterdir() if p.is_dir()]
+        removed = 0
+        for folder in folders:
+            try:
+                names = [entry.name for entry in os.scandir(folder)]
+            except OSError:
+                continue
+            for name in names:
+                if TEMPORARY_NAME.match(name):
+                    (folder / name).unlink(missing_ok=True)
+                    removed += 1
+        return removed
 
     def empty_discarded(self) -> int:
         """Delete the files `compact` moved aside (at the end of a command, and what a crash
@@ -260,6 +229,8 @@ class ResultStore:
         except FileNotFoundError:
             return 0
         for entry in entries:
+            if not DISCARDED_NAME.match(entry.name):  # only the files `_discard` moved here
+                continue
             try:
                 os.unlink(entry.path)
                 removed += 1
@@ -269,7 +240,7 @@ class ResultStore:
 
     def failed_keys(self) -> set[str]:
         """Run keys whose latest attempt failed (and that have not finished since)."""
-        failed = {key for key in _stems(self.failed_dir) if self._failed_damage(key) is None}
+        failed = {key for key in stems(self.failed_dir) if self._failed_damage(key) is None}
         return {key for key in failed if not self.is_finished(key)}
 
     def other_versions(self) -> dict[str, int]:
@@ -292,13 +263,13 @@ class ResultStore:
 
     def damaged(self, keys: Iterable[str] | None = None) -> list[Damage]:
         """The files of `keys` (default: every run here) that are not whole, runs/ first."""
-        finished, failed = _stems(self.runs_dir), _stems(self.failed_dir)
+        finished, failed = stems(self.runs_dir), stems(self.failed_dir)
         if keys is not None:
             wanted = set(keys)
             finished, failed = finished & wanted, failed & wanted
         found = [self._finished_damage(k) for k in sorted(finished)] + [self._failed_damage(k) for k in sorted(failed)]
         self.compacted.index(refresh=True)
-        found += [Damage("", path, problem) for path, problem in self.compacted.damaged]
+        found += [Damage("", path, problem, companions=members) for path, members, problem in self.compacted.damaged]
         return [d for d in found if d is not None]
 
     def set_aside(self, damages: Sequence[Damage]) -> Path | None:
@@ -309,51 +280,66 @@ class ResultStore:
         """
         if not damages:
             return None
-        folder = _new_folder(self.root / "damaged" / time.strftime("%Y%m%d-%H%M%S"))
+        folder = new_folder(self.root / "damaged" / time.strftime("%Y%m%d-%H%M%S"))
+        sources: set[Path] = set()
         for damage in damages:
             pair = damage.path.parent == self.runs_dir
-            paths = [self.meta_path(damage.run_key), self.records_path(damage.run_key)] if pair else [damage.path]
+            paths = [self.meta_path(damage.run_key), self.records_path(damage.run_key)] if pair else \
+                [damage.path, *damage.companions]
             for path in paths:
-                if path.exists():
-                    target = folder / path.parent.name / path.name
+                if path.exists():  # kept under its place in the folder: runs/, failed/, compacted/...
+                    target = folder / path.relative_to(self.root)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(path, target)
-        for changed in (self.runs_dir, self.failed_dir, *folder.iterdir(), folder, folder.parent):
+                    sources.add(path.parent)
+        for changed in (*sources, *(p for p in folder.rglob("*") if p.is_dir()), folder, folder.parent):
             fsync_dir(changed)
         return folder
 
     def _finished_damage(self, run_key: str) -> Damage | None:
         """What is wrong with a run's runs/ files, if anything (remembered while they are unchanged)."""
         meta_path, records_path = self.meta_path(run_key), self.records_path(run_key)
-        signature = (_signature(meta_path), _signature(records_path))
-        if self._whole.get(run_key) == signature:
+        found = (signature(meta_path), signature(records_path))
+        if self._whole.get(run_key) == found:
             return None
-        meta, problem = _read_meta_file(meta_path, run_key, "FINISHED")
+        meta, problem = read_meta_file(meta_path, run_key, "FINISHED")
         if meta is None:
             return Damage(run_key, meta_path, problem)
         label = str(meta.get("label", ""))
-        if signature[1] is None:
+        if found[1] is None:
             return Damage(run_key, meta_path, "its parquet is missing", label)
-        try:
-            rows = pq.read_metadata(records_path).num_rows
-        except (OSError, ValueError, pa.ArrowException) as exc:
-            return Damage(run_key, records_path, f"not a readable parquet file ({one_line(exc, named=True)})", label)
-        expected = meta["rows"] if "rows" in meta else meta["spec"].get("evaluations")
-        if rows != expected:
-            return Damage(run_key, records_path, f"has {rows} rows, its json says {expected}", label)
-        self._whole[run_key] = signature
+        try:  # every byte: what the json's checksum says the parquet held (older files: their footer)
+            whole = RECORDS_CHECKSUM in meta and file_digest(records_path) == meta[RECORDS_CHECKSUM]
+        except OSError:
+            whole = False
+        if not whole:
+            try:
+                rows = pq.read_metadata(records_path).num_rows
+            except (OSError, ValueError, pa.ArrowException) as exc:
+                return Damage(run_key, records_path, f"not a readable parquet file ({one_line(exc, named=True)})", label)
+            expected = meta["rows"] if "rows" in meta else meta["spec"].get("evaluations")
+            if rows != expected:
+                return Damage(run_key, records_path, f"has {rows} rows, its json says {expected}", label)
+            if RECORDS_CHECKSUM in meta:
+                return Damage(run_key, records_path, "its bytes do not match the checksum in its json", label)
+        self._whole[run_key] = found
         self._versions[run_key] = str(meta.get("version", "?"))
         return None
 
     def _failed_damage(self, run_key: str) -> Damage | None:
         """What is wrong with a run's failure marker, if anything."""
         path = self.failed_path(run_key)
-        meta, problem = _read_meta_file(path, run_key, "FAILED")
+        meta, problem = read_meta_file(path, run_key, "FAILED")
         return None if meta is not None else Damage(run_key, path, problem)
 
     def read_records(self, run_key: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
-        """The per-step records of a finished run (`columns` only, where given)."""
+        """The per-step records of a finished run (`columns` only, where given); ValueError (one
+        line) for files that no longer match their checksums."""
         try:
+            if self.meta_path(run_key).is_file():
+                damage = self._finished_damage(run_key)  # a stat when unchanged since checked
+                if damage is not None:
+                    raise ValueError(damage.line(self.root))
             return pd.read_parquet(self.records_path(run_key), columns=None if columns is None else list(columns))
         except FileNotFoundError:
             if run_key not in self.compacted.index(refresh=True).index:

@@ -73,13 +73,16 @@ LEDGER = "mlflow.json"  # in the output folder: the run keys MLflow holds a FINI
 class StudyTracker:
     """The driver's MLflow view of one study: experiment, parent run, child runs."""
 
-    def __init__(self, uri: str, study_name: str) -> None:
+    def __init__(self, uri: str, study_name: str, store: "ResultStore | None" = None) -> None:
         apply_client_settings()
         self.uri = uri
         # Set when the server stopped answering mid-study; the results it missed wait in
-        # `backlog` (with the child run a worker opened, if any) until `answers_again`.
+        # `backlog` (with the child run a worker opened, if any) until `answers_again`: their
+        # keys only when the `store` holds them (memory stays bounded however long it is away),
+        # read back from it then.
         self.unreachable = False
-        self.backlog: list[tuple[RunResult, str | ChildRunRows | None, Path | None]] = []
+        self.store = store
+        self.backlog: list[tuple[RunResult | str, str | ChildRunRows | None, Path | None]] = []
         self._probed_at = 0.0
         self.study_name = study_name
         self.mode = tracking_mode(uri)
@@ -176,13 +179,13 @@ class StudyTracker:
         """Record a result the store holds, or keep it in the backlog while the server does not
         answer (each call would wait out MLflow's retries again). Returns warnings for the user."""
         if self.unreachable:
-            self.backlog.append((result, child_run_id, records_file))
+            self._keep(result, child_run_id, records_file)
             return self._catch_up() if self.answers_again() else []
         try:
             self.record(result, child_run_id, records_file)
         except Exception as exc:  # noqa: BLE001 - logged from the backlog, or at the next start
             self.unreachable = True
-            self.backlog.append((result, child_run_id, records_file))
+            self._keep(result, child_run_id, records_file)
             return [f"mlflow stopped answering at {result.spec.label} ({type(exc).__name__}); the store holds "
                     "every result, and MLflow gets them when it answers again (or at the next `run`)"]
         return []
@@ -197,11 +200,22 @@ class StudyTracker:
                 return [f"mlflow: writing {runs} runs failed ({type(exc).__name__}); the next `run` logs them"]
         return self._catch_up() if self.unreachable and self.answers_again(now=True) else []
 
+    def _keep(self, result: RunResult, child_run_id: str | ChildRunRows | None, records_file: Path | None) -> None:
+        """Into the backlog: the run's key where the store holds it (a worker's rows are built
+        again from it), else the result itself."""
+        if self.store is not None:
+            self.backlog.append((result.spec.run_key, child_run_id if isinstance(child_run_id, str) else None,
+                                 records_file))
+        else:
+            self.backlog.append((result, child_run_id, records_file))
+
     def _catch_up(self) -> list[str]:
         logged = 0
         try:
             while self.backlog:
-                self.record(*self.backlog[0])
+                kept, child_run_id, records_file = self.backlog[0]
+                result = self.store.read_result(kept) if isinstance(kept, str) and self.store else kept
+                self.record(result, child_run_id, records_file)  # type: ignore[arg-type]
                 self.backlog.pop(0)
                 logged += 1
         except Exception as exc:  # noqa: BLE001 - still down: try again later
