@@ -3,6 +3,7 @@ the one line an error is shown as. Cross-cutting, so it belongs to no layer and 
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 
 
@@ -16,6 +17,7 @@ class ExitCode(IntEnum):
     IO_ERROR = 74  # sysexits.h's EX_IOERR
     IN_USE = 75  # sysexits.h's EX_TEMPFAIL
     INTERRUPTED = 130  # 128 + SIGINT
+    TERMINATED = 143  # 128 + SIGTERM
 
     @property
     def meaning(self) -> str:
@@ -31,15 +33,24 @@ MEANINGS: dict[ExitCode, str] = {
                        "run the same command again",
     ExitCode.IN_USE: "another driver holds the output folder: retry later",
     ExitCode.INTERRUPTED: "interrupted",
+    ExitCode.TERMINATED: "terminated (SIGTERM, as Slurm, Kubernetes and `ray job stop` send): ended as Ctrl-C ends it",
 }
 
 LINE_LIMIT = 300  # characters: a message stays one readable line whatever the error carried
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s]*@")
+
+
+def redact(text: str) -> str:
+    """`text` with the `user:password@` of every URL in it shown as `***@`: for any message or file
+    that quotes a URI (the config refuses credentials in one; a URL from elsewhere may hold them)."""
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def one_line(error: BaseException | str, limit: int = LINE_LIMIT, *, named: bool = False) -> str:
     """`error` as one line: whitespace collapsed, cut to `limit` characters (marked with "..."),
-    the exception's type when it says nothing; with `named`, "Type: message"."""
-    text = " ".join(str(error).split())
+    the exception's type when it says nothing, credentials in URLs hidden (`redact`); with `named`,
+    "Type: message"."""
+    text = redact(" ".join(str(error).split()))
     if len(text) > limit:
         text = text[: limit - 3] + "..."
     if isinstance(error, BaseException) and (named or not text):

@@ -50,24 +50,28 @@ def test_fig1_shows_main_text_methods_only(items):
     assert "DRBO-MMD" in {t.name for t in items["fig2_cumulative_regret_paper"].figure.data}
 
 
-def test_cumulative_curve_and_band(items):
+def test_cumulative_curve_and_band(items, tmp_path):
     fig = items["fig2_cumulative_regret_paper"]
     line = traces(fig, "WDRBO")[0]  # the first panel: ackley
-    # r = 0.1 + 0.01 k, k = 0, 1, 2: R_t = t (0.11), SE = t 0.01 / sqrt(3)
-    np.testing.assert_allclose(line.x, np.arange(1, EVALS + 1))
-    np.testing.assert_allclose(line.y, 0.11 * np.arange(1, EVALS + 1))
-    # The band is the bootstrap interval of the mean over whole seeds (test_analysis_scores holds it to
-    # a direct loop): between the best and worst seed, one resampled curve, so a constant multiple of t.
+    # r = 0.1 + 0.01 k, k = 0, 1, 2: the median curve is seed 1's, R_t = 0.11 t; SE = t 0.01 / sqrt(3)
     t = np.arange(1, EVALS + 1)
-    band = [t for t in fig.figure.data if t.name == "WDRBO" and t.fill == "toself"][0]
-    upper, lower = np.asarray(band.y[:EVALS]), np.asarray(band.y[EVALS:])[::-1]
-    assert np.all(lower >= 0.10 * t - 1e-12) and np.all(upper <= 0.12 * t + 1e-12)
-    assert np.all(lower < np.asarray(line.y)) and np.all(np.asarray(line.y) < upper)
-    np.testing.assert_allclose(upper / t, upper[0])
-    # the hover still gives the SE: 0.01 t / sqrt(3)
-    np.testing.assert_allclose(np.asarray(line.customdata)[:, 0], 0.01 * t / math.sqrt(3))
+    np.testing.assert_allclose(line.x, t)
+    np.testing.assert_allclose(line.y, 0.11 * t)
+    np.testing.assert_allclose(np.asarray(line.customdata)[:, 0].astype(float), 0.11 * t)  # the mean
+    np.testing.assert_allclose(np.asarray(line.customdata)[:, 1].astype(float), 0.01 * t / math.sqrt(3))
+    # three seeds allow no 95 % interval of the median: no band, and the hover says why
+    assert not [tr for tr in fig.figure.data if tr.name == "WDRBO" and tr.fill == "toself"]
+    assert all("n too small" in str(c) for c in np.asarray(line.customdata)[:, 3])
     inst = traces(items["fig3_instantaneous_regret_paper"], "ERBO")[0]
     np.testing.assert_allclose(inst.y, np.full(EVALS, 0.21))
+    # five seeds: the band is [min, max] over the seeds (93.75 %), 0.10 t to 0.14 t
+    study = make_study(tmp_path, ["ackley"], ["wdrbo"], [0, 1, 2, 3, 4], evaluations=EVALS, init_size=2)
+    fill_store(study, regret_of)
+    five = build_figures(load_study([study]))[0].figure
+    band = [tr for tr in five.data if tr.name == "WDRBO" and tr.fill == "toself"][0]
+    upper, lower = np.asarray(band.y[:EVALS]), np.asarray(band.y[EVALS:])[::-1]
+    np.testing.assert_allclose(upper, 0.14 * t)
+    np.testing.assert_allclose(lower, 0.10 * t)
 
 
 def test_missing_problem_panel_is_labelled(items):

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from wdrbo_dist.analysis.statistics import (
     average_ranks,
@@ -167,7 +168,8 @@ def test_wilcoxon_ties_zeros_and_missing_pairs():
     assert (result.wins, result.ties, result.losses) == (2, 2, 1)
     # nonzero d = [1, -1, 2]: ranks [1.5, 1.5, 3]; T+ = 4.5, T- = 1.5
     assert signed_rank_sums([1.0, -1.0, 2.0, 0.0]) == (4.5, 1.5, 3)
-    assert result.rank_biserial == pytest.approx((4.5 - 1.5) / 6)
+    # the test is on the log-ratios [0, log 1.5, log 2/3, log 1.5, 0]: three tied ranks, T+ = 4, T- = 2
+    assert result.scale == "log" and result.rank_biserial == pytest.approx((4 - 2) / 6)
     assert 0 < result.pvalue <= 1
 
 
@@ -187,6 +189,86 @@ def test_mean_se_formatting():
     assert significant_digits_format(1.5, math.nan) == "1.5 ± n/a"
     assert significant_digits_format(6.0, 1e-16) == "6 ± 0"
     assert significant_digits_format(math.nan, 1.0) == "n/a"
+
+
+# --- rank tests and the intervals they invert (rank_intervals.py) --------------------------------
+
+FIXED = [  # paired log-ratios of a few seeds, some with ties and zeros
+    [0.3, 0.5, 0.2, 0.9, 0.4, 0.1],
+    [0.3, -0.5, 0.2, 0.9, 0.4, 0.1, 0.6, 0.25],
+    [0.2, 0.2, -0.2, 0.4, 0.0, 0.5, 0.7, 0.1, 0.3, 0.6],
+    [0.0, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7],
+    [-1.0, 2.0, 0.5, 0.7, 1.1, 0.4, 0.9, -0.2, 0.3, 1.5, 0.8, 0.6],
+    list(np.linspace(-0.2, 1.0, 15)),
+]
+
+
+def test_exact_null_distributions_match_enumeration():
+    from wdrbo_dist.analysis.rank_intervals import rank_sum_cdf, signed_rank_cdf
+
+    for n in (1, 3, 6, 9):
+        sums = [sum(r for r, s in zip(range(1, n + 1), signs) if s) for signs in itertools.product((0, 1), repeat=n)]
+        counts = np.bincount(sums, minlength=n * (n + 1) // 2 + 1)
+        np.testing.assert_allclose(signed_rank_cdf(n), np.cumsum(counts) / 2**n)
+    for m, n in ((2, 3), (3, 3), (4, 6)):
+        us = [sum(1 for j in range(m + n) if j not in a for i in a if j > i)
+              for a in map(set, itertools.combinations(range(m + n), m))]
+        counts = np.bincount(us, minlength=m * n + 1)
+        np.testing.assert_allclose(rank_sum_cdf(m, n), np.cumsum(counts) / counts.sum())
+
+
+@pytest.mark.parametrize("d", FIXED, ids=lambda d: f"n{len(d)}")
+def test_the_signed_rank_interval_excludes_zero_exactly_when_p_is_below_alpha(d):
+    from wdrbo_dist.analysis.rank_intervals import signed_rank
+
+    d = np.array(d)
+    for shift in np.linspace(-1.5, 1.5, 61):  # every position of 0 against the interval
+        for alpha in (0.05, 0.1, 0.2):
+            r = signed_rank(d - shift, alpha)
+            excludes = math.isfinite(r.low) and not (r.low <= 0 <= r.high)
+            assert excludes == (r.pvalue < alpha), (shift, alpha, r)
+    r = signed_rank(d)
+    i, j = np.triu_indices(d.size)
+    assert r.estimate == pytest.approx(np.median((d[i] + d[j]) / 2))  # Hodges-Lehmann
+    if not (d == 0).any() and len(set(np.abs(d))) == d.size:  # no zeros, no ties: scipy's exact test
+        assert r.pvalue == pytest.approx(stats.wilcoxon(d, method="exact").pvalue)
+
+
+@pytest.mark.parametrize("n_a, n_b", [(4, 5), (6, 6), (3, 9)])
+def test_the_rank_sum_interval_excludes_zero_exactly_when_p_is_below_alpha(n_a, n_b):
+    from wdrbo_dist.analysis.rank_intervals import rank_sum
+
+    a = np.linspace(0.0, 1.0, n_a)
+    b = np.linspace(0.3, 1.6, n_b)
+    for shift in np.linspace(-2.0, 2.0, 81):
+        r = rank_sum(a, b - shift)
+        assert (math.isfinite(r.low) and not (r.low <= 0 <= r.high)) == (r.pvalue < 0.05), shift
+    r = rank_sum(a, b)
+    assert r.pvalue == pytest.approx(stats.mannwhitneyu(b, a, method="exact").pvalue)
+    assert r.estimate == pytest.approx(np.median(b[None, :] - a[:, None]))
+
+
+def test_paired_wilcoxon_ratio_interval_agrees_with_its_p_on_fixed_data():
+    reference = np.array([1.0, 2.0, 1.5, 3.0, 2.5, 1.2, 0.8, 2.2, 1.9, 1.1])
+    for factor in (0.8, 1.0, 1.1, 1.3, 1.6, 2.5):
+        wobble = np.array([1.1, 0.9, 1.05, 0.95, 1.2, 0.85, 1.0, 1.15, 0.92, 1.08])
+        result = paired_wilcoxon(reference, reference * factor * wobble)
+        assert result.scale == "log" and result.level == pytest.approx(1 - 2 * 25 / 1024)  # 95.1 % at n = 10
+        assert (not (result.low <= 1 <= result.high)) == (result.pvalue < 0.05), factor
+
+
+def test_what_n_paired_seeds_allow():
+    from wdrbo_dist.analysis.paired_tests import wilcoxon_note
+    from wdrbo_dist.analysis.rank_intervals import seeds_for_holm, smallest_pvalue
+
+    assert smallest_pvalue(5) == pytest.approx(0.0625) and smallest_pvalue(6) == pytest.approx(1 / 32)
+    assert seeds_for_holm(7) == 9 and seeds_for_holm(1) == 6  # 7 * 2 / 2^9 < 0.05 <= 7 * 2 / 2^8
+    five = paired_wilcoxon([1, 2, 3, 4, 5.0], [2, 4, 6, 8, 10.0])  # all five better: still p = 0.0625
+    assert five.pvalue == pytest.approx(0.0625) and math.isnan(five.low) and five.estimate == pytest.approx(2.0)
+    frame = pd.DataFrame({"n_pairs": [5] * 7, "pvalue": [0.0625] * 7})
+    note = wilcoxon_note(frame, "wdrbo")
+    assert "the smallest two-sided p is 0.0625, so none can be significant" in note
+    assert "Holm over these 7 tests needs at least 9 paired seeds" in note
 
 
 def test_ratio_interval_covers_the_ratio_and_tightens_with_data():

@@ -181,22 +181,46 @@ def _memory_used() -> float:
     return 1 - int(info["MemAvailable"].split()[0]) / int(info["MemTotal"].split()[0])
 
 
-def test_on_ray_a_run_killed_for_memory_twice_is_failed_not_lost(tmp_path: Path, test_problems, monkeypatch) -> None:
-    """Ray's own memory monitor kills the run's worker; its threshold is set just above what the
-    machine uses now, and the run takes 3 GiB more."""
+MARGIN_GIB = 2.0  # Ray's threshold above what the machine uses when the test starts
+
+
+def test_on_ray_a_run_killed_for_memory_twice_is_failed_not_lost(tmp_path: Path, monkeypatch) -> None:
+    """Ray's own memory monitor kills the run's worker, twice. Its threshold is the machine's, so
+    other work moves it: the run takes memory until it is killed (memory freed elsewhere cannot
+    keep it below), the threshold is 2 GiB above what the machine used at the start (memory taken
+    elsewhere seldom reaches it), and the next attempt starts 2 s after a kill (the killed run's
+    memory is back by then). Other work that takes the machine past the threshold all the same
+    gets the run killed before it counted its attempt: the verdict counts Ray's kills, the run's
+    own log only that no third attempt ran (Ray retried none: RAY_task_oom_retries 0)."""
     import ray
 
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    import hog_problem
+
+    from wdrbo_dist.problems import PROBLEMS
+
     total_gib = int(Path("/proc/meminfo").read_text().split()[1]) / 2**20
-    monkeypatch.setenv("RAY_memory_usage_threshold", f"{min(0.95, _memory_used() + 1.0 / total_gib):.3f}")
+    threshold = _memory_used() + MARGIN_GIB / total_gib
+    if threshold > 0.95 or hog_problem.available_gib() < MARGIN_GIB + hog_problem.KEEP_FREE_GIB + 1:
+        pytest.skip(f"needs {MARGIN_GIB + hog_problem.KEEP_FREE_GIB + 1:g} GiB of free memory")
+    monkeypatch.setitem(PROBLEMS, "grows", hog_problem.GrowingProblem)
+    monkeypatch.setenv("RAY_memory_usage_threshold", f"{threshold:.4f}")
     monkeypatch.setenv("RAY_memory_monitor_refresh_ms", "100")
-    monkeypatch.setenv("WDRBO_TEST_HOG_GB", "3")
-    monkeypatch.setattr(ray_backend, "RESUBMIT_DELAYS_S", QUICK_BACKOFF)
+    monkeypatch.setattr(ray_backend, "RESUBMIT_DELAYS_S", (2.0, 2.0, 2.0))
     monkeypatch.setenv("RAY_task_oom_retries", "0")  # as the runner sets it before it starts Ray
-    test_problems.start_ray("register_all", tmp_path / "attempts.log")
+    attempts = tmp_path / "attempts.log"
+    here = str(Path(__file__).parent)
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", runtime_env={
+        "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
+                     "WDRBO_TEST_ATTEMPTS": str(attempts)},
+        "worker_process_setup_hook": "hog_problem.register",
+    })
     try:
-        [hog] = list(map_tasks(_tasks(tmp_path, ["hogs"]), "ray", workers=1, run=test_problems.run_registered))
+        [hog] = list(map_tasks(_tasks(tmp_path, ["grows"]), "ray", workers=1, run=hog_problem.run_registered))
     finally:
         ray.shutdown()
     assert not hog.result.ok and hog.lost is None and hog.attempts == 2, (hog.lost, hog.result.error)
     assert "Ray killed this run's worker for memory 2 times" in hog.result.error
-    assert len((tmp_path / "attempts.log").read_text().split()) == 2  # two workers, each killed
+    pids = attempts.read_text().split() if attempts.exists() else []
+    print(f"attempts that counted themselves: {len(pids)}")
+    assert len(pids) <= 2, pids

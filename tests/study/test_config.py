@@ -81,7 +81,7 @@ BAD = [
     # (changes to GOOD, the message's expected start)
     ({"colour": "blue"}, "config: unknown key 'colour'; allowed keys: name, description, fidelity,"),
     ({"name": ...}, "name: required field missing"),
-    ({"name": "my study"}, "name: must match [A-Za-z0-9_.-]+, got 'my study'"),
+    ({"name": "my study"}, "name: must match [A-Za-z0-9_.-]+ (1 to 100 characters, not . or ..), got 'my study'"),
     ({"fidelity": "exact"}, "fidelity: must be one of paper, reference; got 'exact'"),
     ({"problems": []}, "problems: must be a non-empty list of ackley, hartmann,"),
     ({"problems": ["ackley", "rosenbrock"]}, "problems[1]: unknown 'rosenbrock'; allowed: ackley, hartmann,"),

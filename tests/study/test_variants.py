@@ -57,7 +57,7 @@ def test_the_shipped_configs_have_no_variants_and_their_runs_no_variant_label() 
     ([{"name": "wdrbo", "options": {"radius_constant": [0.1, "x"]}}],
      "algorithms[0].options.radius_constant: must be a finite number, got str 'x'"),
     ([{"name": "erbo", "label": "has space"}],
-     "algorithms[0].label: must be a name of letters, digits and -_.=[], got str 'has space'"),
+     "algorithms[0].label: must be a name of letters, digits and -_.=[], at most 100 characters, got str 'has space'"),
 ])
 def test_bad_variants_are_one_line_naming_the_field(tmp_path: Path, algorithms, message) -> None:
     with pytest.raises(ConfigError) as error:

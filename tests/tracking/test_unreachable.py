@@ -85,3 +85,14 @@ def test_report_against_a_tracking_server_that_is_down_says_so_in_seconds(tmp_pa
         "run `report` again once it answers"]
     assert (tmp_path / "dash" / "trk" / "index.html").is_file()
     assert took < 60  # MLflow's own retries took about 4 minutes; the process start and the page take the rest
+
+
+def test_a_refused_tracking_uri_never_shows_its_password():
+    """A URI from elsewhere than a study file (the config refuses credentials in one) is redacted."""
+    from wdrbo_dist.tracking.connection import TrackingError, check_tracking_uri
+
+    for uri in (f"http://admin:s3cret@127.0.0.1:{free_port()}", "ftp://admin:s3cret@host/x"):
+        with pytest.raises(TrackingError) as refused:
+            check_tracking_uri(uri, timeout_s=2)
+        assert "s3cret" not in str(refused.value) and "admin:***@" not in str(refused.value)
+        assert "://***@" in str(refused.value) and "\n" not in str(refused.value)

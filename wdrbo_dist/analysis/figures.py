@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 from wdrbo_dist.analysis.bands import curve_stats
 from wdrbo_dist.analysis.load import FINISHED, LATE_STEPS, StudyData, late_regret
 from wdrbo_dist.analysis.statistics import grouped_mean_se, mean_se, significant_digits_format
-from wdrbo_dist.analysis.tables import algorithm_name, problem_name
+from wdrbo_dist.analysis.names import algorithm_name, problem_name
 
 EXTRA_COLOURS = ("#17becf", "#bcbd22", "#393b79", "#637939")
 MAIN_TEXT_ALGORITHMS = ("wdrbo", "erbo", "gp-ucb", "sbo-kde", "drbo-kde")  # the paper's Fig. 1
@@ -52,7 +52,7 @@ def colour(algorithm: str, order: Sequence[str] = ()) -> str:
     return EXTRA_COLOURS[index % len(EXTRA_COLOURS)]
 
 
-def _rgba(hex_colour: str, alpha: float) -> str:
+def rgba(hex_colour: str, alpha: float) -> str:
     h = hex_colour.lstrip("#")
     r, g, b = (int(h[i : i + 2], 16) for i in (0, 2, 4))
     return f"rgba({r},{g},{b},{alpha})"
@@ -81,34 +81,37 @@ def _note(fig: go.Figure, row: int, col: int, text: str) -> None:
 
 def _band(fig: go.Figure, stats: pd.DataFrame, x: str, algorithm: str, order: Sequence[str],
           row: int, col: int, show_legend: bool) -> None:
-    """Mean line with its band: the 95 % bootstrap interval of the mean over seeds where `stats`
-    has one (`bands.curve_stats`), else mean ± SE; the hover gives both and the seed count."""
+    """The median over seeds with its distribution-free 95 % band (`bands.curve_stats`; none with
+    fewer than 5 seeds); the hover also gives the mean ± SE and the seed count."""
     c = colour(algorithm, order)
     stats = stats.sort_values(x)
     xs = stats[x].to_numpy()
-    mean = stats["mean"].to_numpy()
-    se = np.nan_to_num(stats["se"].to_numpy(), nan=0.0)
-    low = stats["low"].to_numpy(dtype=float) if "low" in stats else mean - se
-    high = stats["high"].to_numpy(dtype=float) if "high" in stats else mean + se
-    low, high = np.where(np.isfinite(low), low, mean), np.where(np.isfinite(high), high, mean)
+    centre = stats["median"].to_numpy(dtype=float)
+    low, high = stats["low"].to_numpy(dtype=float), stats["high"].to_numpy(dtype=float)
+    shown = np.isfinite(low) & np.isfinite(high)
     name = algorithm_name(algorithm)
+    if shown.any():
+        fig.add_trace(go.Scatter(
+            x=np.concatenate([xs[shown], xs[shown][::-1]]), y=np.concatenate([high[shown], low[shown][::-1]]),
+            fill="toself", fillcolor=rgba(c, 0.18), line=dict(width=0), hoverinfo="skip",
+            showlegend=False, legendgroup=algorithm, name=name,
+        ), row=row, col=col)
+    band = np.array([f"[{lo:.4g}, {hi:.4g}]" if ok else "n too small (< 5 seeds)"
+                     for lo, hi, ok in zip(low, high, shown)], dtype=object)
     fig.add_trace(go.Scatter(
-        x=np.concatenate([xs, xs[::-1]]), y=np.concatenate([high, low[::-1]]),
-        fill="toself", fillcolor=_rgba(c, 0.18), line=dict(width=0), hoverinfo="skip",
-        showlegend=False, legendgroup=algorithm, name=name,
-    ), row=row, col=col)
-    fig.add_trace(go.Scatter(
-        x=xs, y=mean, mode="lines", line=dict(color=c, width=2), name=name, legendgroup=algorithm,
-        showlegend=show_legend, customdata=np.stack([se, stats["n"].to_numpy(), low, high], axis=-1),
-        hovertemplate=f"{name}<br>%{{x}}: %{{y:.4g}} ± %{{customdata[0]:.2g}} SE, 95 % interval "
-                      "[%{customdata[2]:.4g}, %{customdata[3]:.4g}] (n=%{customdata[1]})<extra></extra>",
+        x=xs, y=centre, mode="lines", line=dict(color=c, width=2), name=name, legendgroup=algorithm,
+        showlegend=show_legend,
+        customdata=np.stack([stats["mean"].to_numpy(), np.nan_to_num(stats["se"].to_numpy(dtype=float)),
+                             stats["n"].to_numpy(), band], axis=-1),
+        hovertemplate=f"{name}<br>%{{x}}: median %{{y:.4g}}, 95 % interval %{{customdata[3]}}; mean "
+                      "%{customdata[0]:.4g} ± %{customdata[1]:.2g} SE (n=%{customdata[2]})<extra></extra>",
     ), row=row, col=col)
 
 
 def curve_figure(data: StudyData, fidelity: str, value: str, algorithms: Sequence[str],
                  problems: Sequence[str], y_title: str) -> go.Figure:
-    """A grid with one panel per problem: the mean over seeds of `value` against the step, with
-    its bootstrap band."""
+    """A grid with one panel per problem: the median over seeds of `value` against the step, with
+    its band."""
     steps = data.steps[(data.steps["fidelity"] == fidelity) & data.steps["algorithm"].isin(algorithms)
                        & data.steps["problem"].isin(problems)]
     stats = curve_stats(steps, ["problem", "algorithm", "step"], value)
@@ -146,19 +149,21 @@ def cumulative_regret_items(data: StudyData, fidelity: str) -> list[FigureItem]:
     if main and len(main) < len(data.algorithms):
         items.append(FigureItem(
             f"fig1_cumulative_regret_main_{fidelity}", f"Cumulative regret, main-text methods (Fig. 1) — {fidelity}",
-            "Mean over seeds of the cumulative expected regret R_t = Σ_{s≤t} r_s with a 95 % bootstrap band, "
+            "Median over seeds of the cumulative expected regret R_t = Σ_{s≤t} r_s with its distribution-free 95 % "
+            "band (none below 5 seeds), "
             "for the methods of the paper's main text. Lower is better; a curve that flattens has stopped paying regret.",
             curve_figure(data, fidelity, "cumulative_regret", main, problems, "cumulative regret R_t"),
         ))
     items.append(FigureItem(
         f"fig2_cumulative_regret_{fidelity}", f"Cumulative regret, all methods (Fig. 2) — {fidelity}",
-        "Mean over seeds of the cumulative expected regret, with a 95 % bootstrap band, for every method of the study "
+        "Median over seeds of the cumulative expected regret, with its distribution-free 95 % band, for every "
+        "method of the study "
         "(the paper's appendix Fig. 2). Lower is better.",
         curve_figure(data, fidelity, "cumulative_regret", data.algorithms, problems, "cumulative regret R_t"),
     ))
     items.append(FigureItem(
         f"fig3_instantaneous_regret_{fidelity}", f"Instantaneous regret (Fig. 3) — {fidelity}",
-        "Mean over seeds (95 % bootstrap band) of the instantaneous expected regret r_t = E*[f(x*)] − E*[f(x_t)] "
+        "Median over seeds (distribution-free 95 % band) of the instantaneous expected regret r_t = E*[f(x*)] − E*[f(x_t)] "
         "(the paper's Fig. 3): how good the point chosen at step t is under the true context distribution. "
         "It shows the asymptotic behaviour that the cumulative curves smooth out.",
         curve_figure(data, fidelity, "regret", data.algorithms, problems, "instantaneous regret r_t"),
@@ -245,7 +250,7 @@ def toy_item(data: StudyData, fidelity: str) -> FigureItem | None:
         "middle panel as vertical lines. Middle: the expectation of f under the ambiguity centre P̂ = N(0.5, 0.1²) "
         "(what ERBO maximises), under the true P* = N(0.6, 0.2²), and WDRBO's robust objective "
         "E_P̂ f − ε·L(x) with L the Lipschitz constant of f in c; stars mark the maximisers. "
-        "Right: mean cumulative regret of WDRBO and ERBO with a 95 % bootstrap band. The analytic picture: ERBO's "
+        "Right: median cumulative regret of WDRBO and ERBO with its distribution-free 95 % band. The analytic picture: ERBO's "
         f"target x = 0 pays {curves['optimal_value'] - centre_choice:.3f} per step under P*, WDRBO's target almost "
         "nothing. Measured in this study (instantaneous regret, mean ± SE over seeds): "
         + (measured_text or "no finished runs") + ".",
@@ -367,7 +372,7 @@ def fidelity_item(data: StudyData) -> FigureItem | None:
     fig.update_layout(height=260 * len(problems) + 100, template="plotly_white", margin=dict(l=60, r=20, t=60, b=50))
     return FigureItem(
         "fidelity_profiles", "Fidelity profiles side by side",
-        f"Cumulative regret (mean, 95 % bootstrap band) of the same study in the `{fidelities[0]}` and `{fidelities[1]}` profiles, "
+        f"Cumulative regret (median, distribution-free 95 % band) of the same study in the `{fidelities[0]}` and `{fidelities[1]}` profiles, "
         "one row per problem with a shared y axis: how much the reference code's faults (method §8) change "
         "each method's curve.",
         fig,

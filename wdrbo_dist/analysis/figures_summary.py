@@ -1,9 +1,9 @@
 """The figures the dashboard opens on: which method wins, by how much, and how sure that is.
 
-The critical-difference diagram (average ranks, Nemenyi's critical difference, groups that do
-not differ), the normalised scores with their stratified bootstrap intervals, WDRBO's
-probability of improvement over each baseline, and the performance profile (1 - ECDF) of the
-normalised final scores of every run. Built from `Summary` (summary_tables.py), never from disk.
+The critical-difference diagram over problems (average ranks, Nemenyi's critical difference,
+groups that do not differ), the normalised scores and the reference's probability of
+improvement over each baseline with their intervals (scores.py), and the performance profile
+(1 - ECDF) of every run's normalised score with its band (profiles.py). Built from `Summary`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from wdrbo_dist.analysis.figures import FigureItem, colour
+from wdrbo_dist.analysis.figures import FigureItem, rgba, colour
 from wdrbo_dist.analysis.ranking import CriticalDifference
 from wdrbo_dist.analysis.summary_tables import Summary
-from wdrbo_dist.analysis.tables import algorithm_name, problem_name
+from wdrbo_dist.analysis.names import algorithm_name, problem_name
 
 LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=30, t=70, b=50))
 
@@ -63,7 +63,7 @@ def cd_diagram(cd: CriticalDifference, order: list[str]) -> go.Figure:
     fig.update_yaxes(visible=False, range=[-(half + 1) * 0.5 - 0.3, 0.9])
     verdict = ("differences exist" if cd.rejects else "no difference shown") if math.isfinite(cd.friedman_pvalue) else "not testable"
     fig.add_annotation(text=f"Friedman χ² = {cd.friedman_statistic:.3g}, p = {_p(cd.friedman_pvalue)} ({verdict}); "
-                            f"N = {cd.n_blocks} problem × seed blocks, k = {k}; Nemenyi at α = {cd.alpha:g}",
+                            f"N = {cd.n_blocks} problems (blocks), k = {k}; Nemenyi at α = {cd.alpha:g}",
                        xref="paper", yref="paper", x=0.0, y=0.0, xanchor="left", yanchor="top", showarrow=False)
     fig.update_layout(height=260 + 45 * half, **{**LAYOUT, "margin": dict(l=40, r=40, t=80, b=40)})
     return fig
@@ -79,12 +79,14 @@ def interval_figure(frame: pd.DataFrame, value: str, label_of: Callable[[str], s
     for row in overall.itertuples():
         entity = row.entity
         name = label_of(entity)
+        has = math.isfinite(row.low) and math.isfinite(row.high)
+        interval = f"[{row.low:.3f}, {row.high:.3f}]" if has else "(n too small for an interval)"
         fig.add_trace(go.Scatter(
             x=[getattr(row, value)], y=[name], mode="markers", name=name, showlegend=False,
             marker=dict(color=colour_of(entity), size=11),
-            error_x=dict(type="data", symmetric=False, array=[row.high - getattr(row, value)],
-                         arrayminus=[getattr(row, value) - row.low], thickness=3, width=6),
-            hovertemplate=f"{name}: %{{x:.3f}} [{row.low:.3f}, {row.high:.3f}] over {row.n_problems} problems"
+            error_x=dict(type="data", symmetric=False, array=[row.high - getattr(row, value) if has else 0.0],
+                         arrayminus=[getattr(row, value) - row.low if has else 0.0], thickness=3, width=6),
+            hovertemplate=f"{name}: %{{x:.3f}} {interval} over {row.n_problems} problems"
                           "<extra></extra>"))
         per = frame[(frame["entity"] == entity) & (frame["problem"] != "overall")].dropna(subset=[value])
         if len(per):
@@ -100,17 +102,25 @@ def interval_figure(frame: pd.DataFrame, value: str, label_of: Callable[[str], s
     return fig
 
 
-def performance_profile(scores: pd.DataFrame, order: list[str]) -> go.Figure:
-    """Per algorithm, the share of its runs whose normalised score exceeds τ (1 - ECDF)."""
+def performance_profile(scores: pd.DataFrame, order: list[str], bands: pd.DataFrame | None = None) -> go.Figure:
+    """Per algorithm, the share of its runs whose normalised score exceeds τ (1 - ECDF), with its
+    bootstrap band (`profiles.profile_bands`) where one is given."""
     fig = go.Figure()
     for algorithm in order:
         values = np.sort(scores.loc[scores["algorithm"] == algorithm, "score"].dropna().to_numpy(dtype=float))
         if not values.size:
             continue
+        c = colour(algorithm, order)
+        band = bands[bands["algorithm"] == algorithm] if bands is not None and len(bands) else None
+        if band is not None and len(band):
+            fig.add_trace(go.Scatter(
+                x=np.concatenate([band["tau"], band["tau"][::-1]]), y=np.concatenate([band["high"], band["low"][::-1]]),
+                fill="toself", fillcolor=rgba(c, 0.15), line=dict(width=0), hoverinfo="skip", showlegend=False,
+                legendgroup=algorithm, name=f"{algorithm_name(algorithm)} band"))
         share = 1.0 - np.arange(1, values.size + 1) / values.size
         fig.add_trace(go.Scatter(
             x=np.concatenate([[values[0]], values]), y=np.concatenate([[1.0], share]), mode="lines",
-            line=dict(color=colour(algorithm, order), width=2, shape="hv"), name=algorithm_name(algorithm),
+            line=dict(color=c, width=2, shape="hv"), name=algorithm_name(algorithm), legendgroup=algorithm,
             hovertemplate=f"{algorithm_name(algorithm)}: %{{y:.0%}} of {values.size} runs score above %{{x:.3f}}"
                           "<extra></extra>"))
     fig.add_vline(x=0.0, line=dict(color="#888", dash="dash", width=1))
@@ -127,17 +137,20 @@ def summary_figures(summary: Summary, order: list[str]) -> list[FigureItem]:
         if cd.n_blocks:
             items.append(FigureItem(
                 f"critical_difference_{fidelity}", f"Critical-difference diagram — {fidelity}",
-                "Average rank of each method over every problem × seed where all methods finished (1 = lowest "
-                "final cumulative regret); a thick bar joins methods whose ranks Nemenyi's test cannot tell "
-                "apart after a Friedman test, and the CD bar is the smallest rank gap it calls significant.",
+                "Average rank of each method over the problems (one block each: the methods ranked by their median "
+                "final cumulative regret over seeds, 1 = lowest; problems where a method finished no seed are left "
+                "out); a thick bar joins methods whose ranks Nemenyi's test cannot tell apart after a Friedman test, "
+                "and the CD bar is the smallest rank gap it calls significant. Per-problem ranks over seeds are in "
+                "the average-rank table.",
                 cd_diagram(cd, order)))
         scores = summary.score_summary[summary.score_summary["fidelity"] == fidelity]
         if scores["score"].notna().any():
             items.append(FigureItem(
                 f"normalised_scores_{fidelity}", f"Normalised scores — {fidelity}",
-                "Normalised score 1 − R_T / mean R_T of random search on the same problem (1 = no regret, "
-                "0 = random search): the thick marker is the mean over problems with its 95 % stratified "
-                "bootstrap interval (seeds resampled within each problem), open circles are single problems.",
+                "Normalised score 1 − R_T / R_T of random search on the same problem and seed, as a ratio of "
+                "geometric means (1 = no regret, 0 = random search): the thick marker is 1 − exp of the "
+                "interquartile mean over problems of the log-ratios with its 95 % t-interval (random search's "
+                "uncertainty included), open circles are single problems.",
                 interval_figure(scores.rename(columns={"algorithm": "entity"}), "score", algorithm_name,
                                 lambda a: colour(a, order), "normalised score", (0.0, 1.0))))
         poi = summary.improvement[summary.improvement["fidelity"] == fidelity]
@@ -146,8 +159,8 @@ def summary_figures(summary: Summary, order: list[str]) -> list[FigureItem]:
             items.append(FigureItem(
                 f"probability_of_improvement_{fidelity}", f"Probability of improvement of {reference} — {fidelity}",
                 f"The probability that a {reference} run ends with less regret than the baseline's run on the same "
-                "problem and seed (ties count ½), over problems with its 95 % stratified bootstrap interval; "
-                "above 0.5 favours " + reference + ", open circles are single problems.",
+                "problem and seed (ties count ½), the mean over problems with its exact (Clopper-Pearson, "
+                "conservative) 95 % interval; above 0.5 favours " + reference + ", open circles are single problems.",
                 interval_figure(poi.rename(columns={"baseline": "entity"}), "probability",
                                 lambda a: f"vs {algorithm_name(a)}", lambda a: colour(a, order),
                                 f"P({reference} beats the baseline)", (0.5,), (-0.03, 1.03))))
@@ -155,7 +168,10 @@ def summary_figures(summary: Summary, order: list[str]) -> list[FigureItem]:
         if runs["score"].notna().any():
             items.append(FigureItem(
                 f"score_profile_{fidelity}", f"Performance profile of normalised final scores — {fidelity}",
-                "For each method, the share of its problem × seed runs whose normalised final score exceeds τ "
-                "(one minus the ECDF): a curve above another everywhere is better on every quantile.",
-                performance_profile(runs, order)))
+                "For each method, the share of its problem × seed runs whose normalised final score (1 − R_T / the "
+                "geometric mean of random search's R_T) exceeds τ (one minus the ECDF): a curve above another "
+                "everywhere is better on every quantile. Bands: pointwise 95 % bootstrap bands (seeds resampled "
+                "within problems, random search's normaliser with them); their coverage is not checked, read them "
+                "as indicative.",
+                performance_profile(runs, order, summary.profiles.get(fidelity))))
     return items

@@ -59,10 +59,23 @@ class StudyData:
     algorithms: list[str] = field(default_factory=list)  # config order
     fidelities: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
+    own_keys: frozenset[str] | None = None  # the first study's run keys when others are drawn beside it
 
     def counts(self) -> dict[str, int]:
         status = self.runs["status"].value_counts()
         return {"expected": int(len(self.runs)), **{s: int(status.get(s, 0)) for s in STATUSES}}
+
+    def first_study(self) -> StudyData:
+        """The runs of the study loaded first alone (itself when it was loaded alone): its own
+        page says what it holds, not what a comparison drew beside it."""
+        if self.own_keys is None:
+            return self
+        runs = self.runs[self.runs["run_key"].isin(self.own_keys)].reset_index(drop=True)
+        own = runs.loc[runs["status"] == FINISHED, [*CELL, "seed"]]
+        steps = self.steps.merge(own, on=[*CELL, "seed"], how="inner")[self.steps.columns]
+        return StudyData(name=self.name, metric=self.metric, runs=runs, steps=steps.reset_index(drop=True),
+                         problems=_unique(runs["problem"]), algorithms=_unique(runs["algorithm"]),
+                         fidelities=_unique(runs["fidelity"]), seeds=sorted(_unique(runs["seed"])))
 
 
 def _last_line(text: str | None) -> str:
@@ -258,4 +271,5 @@ def load_study(studies: Sequence[Any], metric: Metric | None = None) -> StudyDat
         algorithms=_unique(runs["algorithm"]),
         fidelities=_unique(runs["fidelity"]),
         seeds=sorted(_unique(runs["seed"])),
+        own_keys=frozenset(spec.run_key for spec in studies[0].runs) if len(studies) > 1 else None,
     )

@@ -1,7 +1,8 @@
-"""The critical-difference analysis (Demšar, 2006) over a study's problem x seed blocks.
+"""The critical-difference analysis (Demšar, 2006) over a study's problems.
 
-Each complete block (a problem and a seed where every algorithm finished) ranks the algorithms
-by final cumulative regret (1 = lowest, ties averaged). The Friedman test asks whether any
+Each problem is one block (its seeds are repeated measures, not independent data sets): the
+algorithms are ranked by their median final cumulative regret over seeds (1 = lowest, ties
+averaged), on problems where every algorithm finished a seed. The Friedman test asks whether any
 average rank differs (scipy's `friedmanchisquare`); the Nemenyi post-hoc test compares every
 pair through the studentized range (scipy's `studentized_range`), whose critical difference
 CD = q_alpha / sqrt(2) * sqrt(k (k + 1) / (6 N)) is the bar the diagram draws. Groups are the
@@ -44,11 +45,15 @@ class CriticalDifference:
 
 
 def block_matrix(runs: pd.DataFrame, fidelity: str, algorithms: Sequence[str]) -> pd.DataFrame:
-    """(problem, seed) x algorithm final cumulative regret of finished runs (NaN elsewhere)."""
+    """Problem x algorithm: the median final cumulative regret over finished seeds (NaN where an
+    algorithm finished none: that problem is no complete block)."""
     frame = runs[(runs["fidelity"] == fidelity) & (runs["status"] == FINISHED)]
-    matrix = frame.pivot_table(index=["problem", "seed"], columns="algorithm",
-                               values="final_cumulative_regret", aggfunc="first")
-    return matrix.reindex(columns=[a for a in algorithms if a in matrix.columns])
+    values = frame["final_cumulative_regret"].to_numpy(dtype=float)
+    frame = frame.assign(final_cumulative_regret=np.where(np.isfinite(values), values, np.nan))
+    matrix = frame.pivot_table(index="problem", columns="algorithm", values="final_cumulative_regret",
+                               aggfunc="median")
+    problems = list(dict.fromkeys(frame["problem"]))
+    return matrix.reindex(index=problems, columns=[a for a in algorithms if a in matrix.columns])
 
 
 def nemenyi_pvalues(average_ranks: pd.Series, n_blocks: int) -> pd.DataFrame:

@@ -22,9 +22,10 @@ import pandas as pd
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from wdrbo_dist.analysis.figures import FigureItem, build_figures
+from wdrbo_dist.analysis.figures import FigureItem, build_figures, fidelity_item
 from wdrbo_dist.analysis.figures_summary import summary_figures
 from wdrbo_dist.analysis.load import FAILED, FINISHED, MISSING, StudyData
+from wdrbo_dist.analysis.names import algorithm_name
 from wdrbo_dist.analysis.statistics import grouped_mean_se
 from wdrbo_dist.analysis.summary_tables import Summary, build_summary, summary_markdown
 from wdrbo_dist import __version__
@@ -45,15 +46,23 @@ class ReportFiles:
 
 
 def study_folder(dashboards: Path, name: str) -> Path:
+    """`dashboards/name`; ValueError unless `name` is one plain folder name, so that nothing a
+    stored file says (an absolute path, `..`) takes the output out of `dashboards`."""
+    if (not name or name in (".", "..") or "/" in name or "\0" in name
+            or len(name.encode("utf-8", "surrogatepass")) > 255):
+        raise ValueError(f"{name[:80]!r} is not a folder name (1 to 255 bytes, no / or NUL, not . or ..)")
     return Path(dashboards) / name
 
 
 def main_table_text(data: StudyData, tables: Tables) -> str:
-    """The table `summarize` and `report` print: final cumulative regret per fidelity."""
+    """The table `summarize` and `report` print: final cumulative regret per fidelity of the
+    study itself (not of a study a comparison draws beside it)."""
+    data = data.first_study()
     counts = data.counts()
     parts = [f"Study {data.name}: {data.metric.description}.",
              f"Runs: {counts['expected']} expected, {counts['finished']} finished, "
              f"{counts['failed']} failed, {counts['missing']} missing."]
+    parts += [tables.reference_note] if tables.reference_note else []
     for fidelity in data.fidelities:
         parts += ["", f"{MAIN_TITLE}, fidelity {fidelity}:", to_markdown(tables.display[fidelity][MAIN_TITLE])]
     return "\n".join(parts)
@@ -78,10 +87,13 @@ def write_tables(data: StudyData, tables: Tables, folder: Path, summary: Summary
     return summary_path, written
 
 
-def summarize(data: StudyData, folder: Path, summary: Summary | None = None) -> tuple[Tables, ReportFiles]:
-    """Compute and write the tables (no figures)."""
-    tables = build_tables(data)
-    summary_path, written = write_tables(data, tables, folder, summary or build_summary(data))
+def summarize(data: StudyData, folder: Path, summary: Summary | None = None,
+              reference: str | None = None) -> tuple[Tables, ReportFiles]:
+    """Compute and write the tables (no figures) of the study loaded first (`first_study`);
+    `reference` is the method the others are tested against (default: WDRBO)."""
+    data = data.first_study()
+    tables = build_tables(data, reference)
+    summary_path, written = write_tables(data, tables, folder, summary or build_summary(data, reference))
     return tables, ReportFiles(folder=folder, summary=summary_path, tables=written, figures=[])
 
 
@@ -110,9 +122,12 @@ def _cell_class(text: str) -> str:
 
 
 def html_table(frame: pd.DataFrame, index: bool = True, limit: int | None = None) -> str:
-    """A plain HTML table; cells of failed or missing runs are coloured, never left out."""
+    """A plain HTML table; cells of failed or missing runs are coloured, never left out. The
+    note a display frame carries (`attrs["note"]`) follows it."""
+    note = frame.attrs.get("note", "")
+    after = f'<p class="caption">{html.escape(note)}</p>' if note else ""
     if frame.empty:
-        return "<p><em>(no rows)</em></p>"
+        return after or "<p><em>(no rows)</em></p>"
     flat = frame.reset_index() if index else frame
     n_index = frame.index.nlevels if index else 0
     shown = flat if limit is None else flat.head(limit)
@@ -128,7 +143,7 @@ def html_table(frame: pd.DataFrame, index: bool = True, limit: int | None = None
     more = ""
     if limit is not None and len(flat) > limit:
         more = f"<p><em>… and {len(flat) - limit} more (all in the CSV).</em></p>"
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}"
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{more}{after}"
 
 
 def _slug(text: str) -> str:
@@ -152,7 +167,8 @@ def render_page(data: StudyData, tables: Tables, figures: Sequence[FigureItem], 
     """The dashboard as one HTML string with plotly.js inline: it opens with no network.
 
     It opens on `lead` (the summary figures: who wins, by how much, how sure) and the summary's
-    tables, then the per-problem tables, then `figures`."""
+    tables, then the per-problem tables, then `figures`. The header is the first study's alone."""
+    data = data.first_study()
     counts = data.counts()
     generated = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     nav = ['<a href="#summary">Summary</a>', '<a href="#tables">Tables</a>', '<a href="#figures">Figures</a>',
@@ -177,17 +193,21 @@ Runs: {counts['expected']} expected, {counts[FINISHED]} finished, {counts[FAILED
 generated {html.escape(generated)} by wdrbo-dist {__version__}{(' from ' + html.escape(source)) if source else ''}</p>
 <nav>{' '.join(nav)}</nav>
 <h2 id="summary">Summary: which method wins, by how much, how sure</h2>
-<p class="caption">Intervals are 95 % percentile-bootstrap intervals (2000 resamples, seeds resampled within each
-problem, every problem weighted equally; seeded, so the same results give the same page). The normalised score is
-1 − R_T / mean R_T of random search on the same problem: 1 = no regret, 0 = random search.</p>
+<p class="caption">Every interval is chosen to hold 95 % at the seed counts studies run, as a simulation of
+lognormal and heavy-tailed regrets checks (docs/results.md): t-intervals of paired log-ratios for the normalised
+scores, exact Clopper-Pearson intervals for win rates, the exact interval a rank test inverts for ratios, and the
+median's distribution-free band for the curves. Where the seeds allow none, the page says "n too small"; † marks a
+conservative one. The normalised score is 1 − R_T / R_T of random search on the same problem (ratio of geometric
+means): 1 = no regret, 0 = random search.</p>{_reference_html(tables)}
 {''.join(_figure_html(item) for item in lead)}
 {headline}
 <h2 id="tables">Tables</h2>
 <p class="caption">Mean ± standard error over seeds (SE = sample SD / √n). Cells with failed or missing runs are
 coloured and say how many of the expected runs they average; a cell without any finished run shows its status.
 Ranks: 1 = lowest final cumulative regret, averaged over seeds where every method finished. Tests: paired
-two-sided Wilcoxon signed-rank on the same seeds, Holm-corrected over all tests of a fidelity profile;
-W/T/L counts seeds where WDRBO's regret is lower / equal / higher; rank-biserial r &gt; 0 favours WDRBO.</p>
+two-sided Wilcoxon signed-rank on the log-ratios of the same seeds, Holm-corrected over all tests of a fidelity
+profile; W/T/L counts seeds where {html.escape(_reference_name(tables))}'s regret is lower / equal / higher;
+rank-biserial r &gt; 0 favours it.</p>
 {_tables_html(tables.display)}
 <h2 id="figures">Figures</h2>
 {''.join(_figure_html(item) for item in figures)}
@@ -195,6 +215,15 @@ W/T/L counts seeds where WDRBO's regret is lower / equal / higher; rank-biserial
 {runs_html}
 </body></html>
 """
+
+
+def _reference_name(tables: Tables) -> str:
+    return algorithm_name(tables.reference) if tables.reference else "the reference method"
+
+
+def _reference_html(tables: Tables) -> str:
+    """The one line that says why nothing is compared against a reference, if nothing is."""
+    return f'<p class="meta"><strong>{html.escape(tables.reference_note)}</strong></p>' if tables.reference_note else ""
 
 
 def write_figures(figures: Sequence[FigureItem], folder: Path) -> list[Path]:
@@ -208,16 +237,21 @@ def write_figures(figures: Sequence[FigureItem], folder: Path) -> list[Path]:
     return paths
 
 
-def build_report(data: StudyData, folder: Path, source: str = "") -> tuple[Tables, ReportFiles]:
-    """Tables, figures and the page, written under `folder`; the summary figures come first."""
-    summary = build_summary(data)
-    tables, files = summarize(data, folder, summary)
-    lead = summary_figures(summary, list(data.algorithms))
-    figures = build_figures(data)
+def build_report(data: StudyData, folder: Path, source: str = "",
+                 reference: str | None = None) -> tuple[Tables, ReportFiles]:
+    """Tables, figures and the page of the study loaded first, written under `folder`; the
+    summary figures come first, and a study drawn beside it (the other profile) adds only its
+    side-by-side figure."""
+    own = data.first_study()
+    summary = build_summary(own, reference)
+    tables, files = summarize(own, folder, summary, reference)
+    lead = summary_figures(summary, list(own.algorithms))
+    beside = fidelity_item(data) if own is not data else None
+    figures = build_figures(own) + ([beside] if beside is not None else [])
     files.figures = write_figures([*lead, *figures], folder)
     page = folder / "index.html"
     tmp = page.with_suffix(".html.tmp")
-    tmp.write_text(render_page(data, tables, figures, source, summary, lead), encoding="utf-8")
+    tmp.write_text(render_page(own, tables, figures, source, summary, lead), encoding="utf-8")
     tmp.replace(page)
     files.page = page
     return tables, files

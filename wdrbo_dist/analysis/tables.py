@@ -11,33 +11,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from wdrbo_dist.analysis.load import CELL, FAILED, FINISHED, MISSING, StudyData
-from wdrbo_dist.analysis.statistics import (
-    average_ranks,
-    holm,
-    mean_se,
-    paired_wilcoxon,
-    significant_digits_format,
-)
-
-REFERENCE_ALGORITHM = "wdrbo"
-ALPHA = 0.05
-
-def algorithm_name(name: str) -> str:
-    """The display name the algorithm's class declares (the key itself if it is not registered)."""
-    from wdrbo_dist.acquisition.registry import ALGORITHMS
-
-    return ALGORITHMS[name].display_name if name in ALGORITHMS else name
-
-
-def problem_name(name: str) -> str:
-    """The display name the problem's class declares (the key itself if it is not registered)."""
-    from wdrbo_dist.problems import PROBLEMS
-
-    return PROBLEMS[name].display_name if name in PROBLEMS else name
+from wdrbo_dist.analysis.names import REFERENCE_ALGORITHM, algorithm_name, problem_name, resolve_reference
+from wdrbo_dist.analysis.paired_tests import WILCOXON_TITLE, wilcoxon_display, wilcoxon_long
+from wdrbo_dist.analysis.statistics import average_ranks, mean_se, significant_digits_format
 
 
 # --- cell status -----------------------------------------------------------------------------------
@@ -223,78 +202,6 @@ def rank_wide(data: StudyData, long: pd.DataFrame, fidelity: str) -> pd.DataFram
     return wide
 
 
-# --- paired tests --------------------------------------------------------------------------------------
-
-
-def wilcoxon_long(data: StudyData, reference: str = REFERENCE_ALGORITHM, alpha: float = ALPHA) -> pd.DataFrame:
-    """WDRBO vs each baseline per problem: paired (same seeds) Wilcoxon signed-rank tests.
-
-    The Holm family is every (problem, baseline) test of one fidelity profile. Differences are
-    baseline - WDRBO, so wins, a positive median difference and a positive rank-biserial
-    correlation favour WDRBO. Seeds where either side did not finish are not paired
-    (n_unpaired); a test without pairs has p = NaN and is shown, not dropped.
-    """
-    columns = ["fidelity", "problem", "reference", "baseline", "n_pairs", "n_unpaired", "wins", "ties",
-               "losses", "median_difference", "statistic", "pvalue", "pvalue_holm", "rank_biserial",
-               "significant"]
-    rows = []
-    for fidelity in data.fidelities:
-        runs = data.runs[data.runs["fidelity"] == fidelity]
-        if reference not in set(runs["algorithm"]):
-            continue
-        block = []
-        for problem in data.problems:
-            sub = runs[runs["problem"] == problem]
-            if sub.empty or reference not in set(sub["algorithm"]):
-                continue
-            matrix = sub.pivot(index="seed", columns="algorithm", values="final_cumulative_regret")
-            for baseline in [a for a in data.algorithms if a in matrix.columns and a != reference]:
-                pair = matrix[[reference, baseline]]
-                result = paired_wilcoxon(pair[reference].to_numpy(), pair[baseline].to_numpy())
-                block.append({
-                    "fidelity": fidelity, "problem": problem, "reference": reference, "baseline": baseline,
-                    "n_pairs": result.n_pairs, "n_unpaired": int(len(pair) - result.n_pairs),
-                    "wins": result.wins, "ties": result.ties, "losses": result.losses,
-                    "median_difference": result.median_difference, "statistic": result.statistic,
-                    "pvalue": result.pvalue, "rank_biserial": result.rank_biserial,
-                })
-        adjusted = holm([r["pvalue"] for r in block])
-        for row, p_adj in zip(block, adjusted):
-            row["pvalue_holm"] = float(p_adj)
-            row["significant"] = bool(np.isfinite(p_adj) and p_adj < alpha)
-        rows.extend(block)
-    return pd.DataFrame(rows, columns=columns)
-
-
-def _p(value: float) -> str:
-    if not math.isfinite(value):
-        return "n/a"
-    return f"{value:.2e}" if value < 1e-3 else f"{value:.3f}"
-
-
-def wilcoxon_display(long: pd.DataFrame, fidelity: str) -> pd.DataFrame:
-    """The test table for humans: one row per problem x baseline."""
-    frame = long[long["fidelity"] == fidelity]
-    rows = []
-    for r in frame.itertuples():
-        verdict = "n/a (no pairs)" if r.n_pairs == 0 else (
-            f"{algorithm_name(r.reference)} {'better' if r.rank_biserial > 0 else 'worse'}"
-            if r.significant else "not significant"
-        )
-        rows.append({
-            "problem": problem_name(r.problem),
-            "baseline": algorithm_name(r.baseline),
-            "pairs": f"{r.n_pairs}" + (f" ({r.n_unpaired} unpaired)" if r.n_unpaired else ""),
-            "W/T/L": f"{r.wins}/{r.ties}/{r.losses}",
-            "median diff.": "n/a" if not math.isfinite(r.median_difference) else f"{r.median_difference:.4g}",
-            "rank-biserial r": "n/a" if not math.isfinite(r.rank_biserial) else f"{r.rank_biserial:+.2f}",
-            "p": _p(r.pvalue),
-            "p (Holm)": _p(r.pvalue_holm),
-            "verdict (α=0.05)": verdict,
-        })
-    return pd.DataFrame(rows).set_index(["problem", "baseline"]) if rows else pd.DataFrame()
-
-
 # --- failures ------------------------------------------------------------------------------------------
 
 
@@ -313,14 +220,15 @@ def _escape_md(value: object) -> str:
 
 def to_markdown(frame: pd.DataFrame, index: bool = True) -> str:
     """A GitHub-flavoured markdown table (no `tabulate` dependency)."""
+    note = frame.attrs.get("note", "")
     if frame.empty:
-        return "_(no rows)_\n"
+        return f"{note}\n" if note else "_(no rows)_\n"
     flat = frame.reset_index() if index else frame
     header = [_escape_md(c) for c in flat.columns]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in flat.itertuples(index=False):
         lines.append("| " + " | ".join(_escape_md(v) for v in row) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + (f"\n{note}\n" if note else "")
 
 
 @dataclass
@@ -333,6 +241,8 @@ class Tables:
     wilcoxon: pd.DataFrame
     problems: pd.DataFrame
     display: dict[str, dict[str, pd.DataFrame]]  # fidelity -> title -> display frame
+    reference: str | None = REFERENCE_ALGORITHM  # None: the study lacks it
+    reference_note: str = ""  # the line shown instead when it does
 
     def csv_frames(self) -> dict[str, pd.DataFrame]:
         return {
@@ -348,21 +258,32 @@ MAIN_TITLE = "Final cumulative regret (mean ± SE over seeds)"
 DISPLAY_FILES = ("final_cumulative_regret", "average_ranks", "wilcoxon", "time_per_run", "time_split")
 
 
-def build_tables(data: StudyData, reference: str = REFERENCE_ALGORITHM) -> Tables:
+def build_tables(data: StudyData, reference: str | None = None) -> Tables:
+    """Every table of `data`; `reference` (default REFERENCE_ALGORITHM) is the method tested
+    against each baseline, and a study without it gets one line saying so instead."""
+    label, note = resolve_reference(data.algorithms, reference)
     final = final_regret_long(data)
     time = time_long(data)
     ranks = rank_long(data)
-    tests = wilcoxon_long(data, reference=reference)
+    tests = wilcoxon_long(data, reference=label)
     display: dict[str, dict[str, pd.DataFrame]] = {}
     for fidelity in data.fidelities:
         display[fidelity] = {
             MAIN_TITLE: final_regret_wide(data, final, fidelity),
             "Average rank (1 = lowest final cumulative regret)": rank_wide(data, ranks, fidelity),
-            f"{algorithm_name(reference)} vs each baseline: paired Wilcoxon signed-rank tests, Holm-corrected": wilcoxon_display(tests, fidelity),
+            WILCOXON_TITLE.format(reference=algorithm_name(label) if label else "A reference method"):
+                wilcoxon_display(tests, fidelity) if label else _only_note(note),
             "Time per run in seconds (mean ± SE; the paper's Tables 1-2)": time_wide(data, time, fidelity),
             "Time per run split by component (seconds, mean ± SE)": time_split(data, time, fidelity),
         }
-    return Tables(final, time, ranks, tests, problems_list(data), display)
+    return Tables(final, time, ranks, tests, problems_list(data), display, label, note)
+
+
+def _only_note(note: str) -> pd.DataFrame:
+    """An empty display frame that shows `note` where its table would be."""
+    frame = pd.DataFrame()
+    frame.attrs["note"] = note
+    return frame
 
 
 def markdown_report(data: StudyData, tables: Tables, fidelities: Sequence[str] | None = None, lead: str = "") -> str:
@@ -375,7 +296,7 @@ def markdown_report(data: StudyData, tables: Tables, fidelities: Sequence[str] |
         f"Runs: {counts['expected']} expected, {counts['finished']} finished, "
         f"{counts['failed']} failed, {counts['missing']} missing.",
         "",
-    ] + ([lead] if lead else [])
+    ] + ([tables.reference_note, ""] if tables.reference_note else []) + ([lead] if lead else [])
     for fidelity in fidelities or data.fidelities:
         for title, frame in tables.display[fidelity].items():
             lines += [f"## {title} — fidelity `{fidelity}`", "", to_markdown(frame)]

@@ -24,6 +24,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                         "also drawn side by side on the dashboard")
     p.add_argument("--dashboards", default="dashboards",
                    help="folder holding one sub-folder per study (default: dashboards)")
+    p.add_argument("--reference", metavar="LABEL", default=None,
+                   help="the method tested against every other, e.g. wdrbo[radius_constant=0.1] (default: wdrbo "
+                        "where the study has it; the page says so when it has no such method)")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -71,13 +74,23 @@ def _load_data(args: argparse.Namespace):
     return study, data, pair
 
 
-def _write_comparison(args: argparse.Namespace, study, pair, page: bool) -> None:
-    from wdrbo_dist.analysis.comparison import comparison_display, write_comparison
+def _folders(args: argparse.Namespace, study, pair) -> tuple[Path, Path | None]:
+    """The study's dashboard folder and its comparison's (None without one), both checked to lie
+    inside --dashboards before anything is written: a study's name may come from a stored file."""
     from wdrbo_dist.analysis.report import study_folder
+
+    try:
+        folder = study_folder(Path(args.dashboards), study.name)
+        return folder, study_folder(folder, f"compare_{pair[1].name}") if pair is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--dashboards {args.dashboards}: the study's name {exc}") from None
+
+
+def _write_comparison(args: argparse.Namespace, folder: Path, pair, page: bool) -> None:
+    from wdrbo_dist.analysis.comparison import comparison_display, write_comparison
     from wdrbo_dist.analysis.tables import to_markdown
 
     a, b = pair
-    folder = study_folder(Path(args.dashboards), study.name) / f"compare_{b.name}"
     cells, files = write_comparison(a, b, folder, (args.config, args.compare), page=page)
     print(f"\nA = {a.name} ({args.config}), B = {b.name} ({args.compare}): final cumulative regret, B / A")
     print(to_markdown(comparison_display(cells, "A", "B")))
@@ -85,35 +98,37 @@ def _write_comparison(args: argparse.Namespace, study, pair, page: bool) -> None
 
 
 def cmd_summarize(args: argparse.Namespace) -> int:
-    from wdrbo_dist.analysis.report import main_table_text, study_folder, summarize
+    from wdrbo_dist.analysis.report import main_table_text, summarize
 
     study, data, pair = _load_data(args)
-    folder = study_folder(Path(args.dashboards), study.name)
+    folder, compare = _folders(args, study, pair)
     try:
-        tables, files = summarize(data, folder)
+        tables, files = summarize(data, folder, reference=args.reference)
     except OSError as exc:
         return _dashboard_write_failed(exc, folder, "summarize")
     print(main_table_text(data, tables))
     print(f"tables: {files.summary} and {len(files.tables)} files in {files.folder / 'tables'}")
     if pair is not None:
-        _write_comparison(args, study, pair, page=False)
+        _write_comparison(args, compare, pair, page=False)
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from wdrbo_dist.analysis.report import aggregate_cells, build_report, main_table_text, study_folder
+    from wdrbo_dist.analysis.report import aggregate_cells, build_report, main_table_text
+    from wdrbo_dist.errors import redact
     from wdrbo_dist.tracking.publish import MlflowDown, MlflowUnavailable, log_report
 
     study, data, pair = _load_data(args)
-    folder = study_folder(Path(args.dashboards), study.name)
+    folder, compare = _folders(args, study, pair)
+    uri = redact(study.tracking_uri)  # as messages show it
     source = args.config  # as the user named it: no machine path on the page
     try:
-        tables, files = build_report(data, folder, source=source)
+        tables, files = build_report(data, folder, source=source, reference=args.reference)
     except OSError as exc:
         return _dashboard_write_failed(exc, folder, "report")
     print(main_table_text(data, tables))
     if pair is not None:  # inside the dashboard folder: MLflow keeps it with the dashboard
-        _write_comparison(args, study, pair, page=True)
+        _write_comparison(args, compare, pair, page=True)
     status = ExitCode.OK
     if args.no_mlflow:
         pass
@@ -126,20 +141,20 @@ def cmd_report(args: argparse.Namespace) -> int:
             cells = aggregate_cells(data, tables, study.fidelity)
             ids = log_report(study.tracking_uri, study.name, files.folder, cells)
         except MlflowUnavailable as exc:
-            print(f"MLflow: {exc}; nothing logged", file=sys.stderr)
+            print(f"MLflow: {redact(str(exc))}; nothing logged", file=sys.stderr)
         except MlflowDown as exc:
-            print(f"MLflow: {exc}; the dashboard is written, nothing logged: run `report` again once it answers",
-                  file=sys.stderr)
+            print(f"MLflow: {redact(str(exc))}; the dashboard is written, nothing logged: "
+                  "run `report` again once it answers", file=sys.stderr)
             status = ExitCode.RUNS_FAILED
         except Exception as exc:  # noqa: BLE001 - the dashboard is written; say why MLflow is not
-            print(f"MLflow: logging to {study.tracking_uri} failed: {one_line(exc, named=True)}", file=sys.stderr)
+            print(f"MLflow: logging to {uri} failed: {redact(one_line(exc, named=True))}", file=sys.stderr)
             status = ExitCode.RUNS_FAILED
         else:
             print(f"MLflow: dashboard logged to parent run {ids['parent_run_id']} and "
-                  f"{len(ids['aggregate_run_ids'])} aggregate runs (tag role=aggregate) in {study.tracking_uri}")
+                  f"{len(ids['aggregate_run_ids'])} aggregate runs (tag role=aggregate) in {uri}")
             from wdrbo_dist.tracking.views import ui_lines
 
-            for line in ui_lines({"the runs": ids["runs_view"], **ids["comparison_views"]}, study.tracking_uri):
+            for line in ui_lines({"the runs": ids["runs_view"], **ids["comparison_views"]}, uri):
                 print(line)
     print(f"dashboard: {files.page.resolve()}")
     return status

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -114,14 +115,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     from wdrbo_dist.cli.progress import Progress
 
     libraries = (("mlflow",) if study.tracking_enabled else ()) + (("ray",) if backend == "ray" else ())
+    ctrl_c = CtrlC()
     try:
         check_folder(study.output_dir)  # before the log file goes there
-        with library_logs_to(log_file(study.output_dir, "run"), libraries) as log:
+        with ctrl_c.terminate_interrupts(), library_logs_to(log_file(study.output_dir, "run"), libraries) as log:
             report = run_study(
                 study, backend=backend, workers=args.workers, address=args.address,
-                force=args.force, rerun_failed=args.rerun_failed, echo=_stderr, ctrl_c=CtrlC(),
+                force=args.force, rerun_failed=args.rerun_failed, echo=_stderr, ctrl_c=ctrl_c,
                 progress=None if args.quiet else (lambda tasks: Progress(tasks, True, _stderr)),
             )
+    except KeyboardInterrupt:
+        if ctrl_c.signum != signal.SIGTERM:
+            raise
+        print("terminated", file=sys.stderr)  # SIGTERM before or after the study loop
+        return ExitCode.TERMINATED
     except (TrackingError, ClusterUnreachable, FolderUnusable, OtherStudy) as exc:
         raise UsageError(str(exc)) from None
     except FolderInUse as exc:
@@ -136,8 +143,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if report.cluster_gone:
         from wdrbo_dist.execution.ray_backend import exit_if_abandoned
 
-        exit_if_abandoned(report.exit_code)
-    return report.exit_code
+        exit_if_abandoned(ctrl_c.exit_code(report.exit_code))
+    return ctrl_c.exit_code(report.exit_code)
 
 
 def status_matrix(study) -> list[str]:
@@ -192,7 +199,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_submit(args: argparse.Namespace) -> int:
     if not args.address.startswith(("http://", "https://")):
-        raise UsageError(f"--address must be the Jobs API URL http(s)://HEAD:8265, got {args.address!r}")
+        raise UsageError(f"--address must be the Jobs API URL http(s)://HEAD:8265, got {one_line(repr(args.address), 100)}")
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be an integer >= 1, got {args.workers}")
     study = _load(args.config)  # validated here, before anything is uploaded

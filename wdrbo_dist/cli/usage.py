@@ -33,9 +33,10 @@ def parse_option(text: str) -> tuple[str, bool | int | float | str]:
 def read_study(path: str) -> "StudySpec":
     """A study config, or (for a folder) the study its output folder holds; a bad one is a `UsageError`."""
     from wdrbo_dist.analysis.folder_study import study_from_folder
+    from wdrbo_dist.errors import one_line
     from wdrbo_dist.study.config import ConfigError, load_study_config
 
     try:
         return study_from_folder(path) if Path(path).is_dir() else load_study_config(path, validate_runs=False)
-    except (ConfigError, ValueError) as exc:
-        raise UsageError(f"{path}: {exc}") from None
+    except (ConfigError, ValueError) as exc:  # one line, however much a stored file held
+        raise UsageError(f"{path}: {one_line(exc)}") from None

@@ -220,7 +220,7 @@ class StudyRun:
         """Compact what is loose (a crashed driver's too) and delete the compacted runs' own files."""
         store = self.store
         try:
-            if len(store.loose_keys()) >= COMPACT_EVERY:
+            if len(store.loose_keys()) >= COMPACT_EVERY or store.leftovers():  # a crashed driver's too
                 store.compact()
         except OSError as exc:  # the loose files stay the finished runs' record
             self.report.store_warning = (f"the finished runs stay in their own files, not compacted: cannot write "

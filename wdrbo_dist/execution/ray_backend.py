@@ -5,8 +5,9 @@ run) and pins torch to that many threads. The run's own error, a task that canno
 (runtime environment, import) and a run killed for memory twice are FAILED with their reason.
 Everything else is the infrastructure's: Ray retries a task whose worker or node died, then the
 driver submits it again after a back-off (`RESUBMIT_DELAYS_S`) and then gives it up as lost,
-never FAILED. A cluster that is gone raises `ClusterGone` before Ray would end the driver. The
-local Ray of the runner's own listens on 127.0.0.1 only; at most `workers` tasks are in flight.
+never FAILED, and a run still going `KILL_GRACE_S` past its `timeout_s` (native code) is
+cancelled with force (its worker killed) and FAILED. A cluster that is gone raises `ClusterGone`
+before Ray would end the driver. The runner's own Ray listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -15,17 +16,22 @@ import atexit
 import logging
 import math
 import os
+import signal
 import socket
+import subprocess
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from wdrbo_dist.errors import one_line
+from wdrbo_dist.execution.ray_limits import Starts, cancel_overdue, execute_noted
+from wdrbo_dist.execution.reaper import reaping, stop
 from wdrbo_dist.execution.task import (
-    RESUBMIT_DELAYS_S, ClusterGone, Hook, Outcome, Resubmissions, RunFunction, Task, execute, failed_outcome,
+    RESUBMIT_DELAYS_S, ClusterGone, Hook, Outcome, Resubmissions, RunFunction, Task, failed_outcome, killed_reason,
     lost_outcome, stamped,
 )
 
@@ -132,7 +138,7 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
 
     Returns True when this call initialised Ray (so the caller should shut it down).
     """
-    global _owned
+    global _owned, _local
     import ray
 
     if ray.is_initialized():
@@ -145,16 +151,36 @@ def connect(address: str | None, num_cpus: int | None = None) -> bool:
         kwargs.update(address="local", num_cpus=num_cpus, include_dashboard=False, _node_ip_address=LOCAL_HOST)
     elif address is not None:
         kwargs["address"] = address  # else: RAY_ADDRESS names the cluster (e.g. inside a Ray job)
+    local = kwargs.get("address") == "local"
     try:
-        with _loopback_only(kwargs.get("address") == "local"):
+        with _loopback_only(local), _sigterm_kept(), reaping(_reapers) if local else nullcontext():
             ray.init(**kwargs)
     except ConnectionError as exc:
         raise ClusterUnreachable(f"--address {address or os.environ.get('RAY_ADDRESS')}: {one_line(exc, named=True)}") from None
-    _owned = True
+    _owned, _local = True, local
     return True
 
 
 _owned = False  # `connect` started or joined the Ray of this process: `map_ray` shuts it down
+_local = False  # that Ray is this process's own (address "local")
+_reapers: list[subprocess.Popen] = []  # of the Ray `connect` started (`reaper`)
+
+
+@contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """`ray.init` makes SIGTERM `sys.exit(15)` in the driver: a handler the caller had installed
+    (the command line's, which ends the study as Ctrl-C does) is put back."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    except SystemExit as exc:  # SIGTERM while Ray started: Ray's handler took it
+        if callable(before) and exc.code == signal.SIGTERM:
+            before(signal.SIGTERM, None)  # as the caller's handler takes it (it may raise)
+        raise
+    finally:
+        if callable(before):
+            signal.signal(signal.SIGTERM, before)
 
 
 @contextmanager
@@ -233,9 +259,11 @@ def map_ray(
 
     if not tasks:
         return
-    global _owned
+    global _owned, _local
     connect(address, num_cpus=_local_cpus(tasks, workers))
-    remote = ray.remote(execute)
+    remote = ray.remote(execute_noted)
+    starts = Starts() if any(task.timeout_s for task in tasks) else None
+    cancelled: dict[Any, float] = {}  # the tasks cancelled past their limit: their limit
     memory_kills: dict[str, int] = {}
     queue: deque[tuple[Task, int]] = deque((task, 1) for task in tasks)
     waiting = Resubmissions(RESUBMIT_DELAYS_S)
@@ -263,8 +291,21 @@ def map_ray(
                 gone = True
                 raise ClusterGone(f"the Ray cluster's head ({':'.join(map(str, watch.target))}) "
                                   f"stopped answering for {GCS_SILENCE_S:.0f} s")
+            if starts is not None:
+                cancel_overdue(pending, starts, cancelled)
             for ref in ready:
                 task, attempt, submitted = pending.pop(ref)
+                if starts is not None and task.timeout_s:
+                    starts.forget(task.spec.run_key)
+                if ref in cancelled:
+                    limit = cancelled.pop(ref)
+                    try:
+                        outcome = ray.get(ref)  # it finished as it was cancelled
+                    except Exception:  # noqa: BLE001 - killed, as asked
+                        outcome = failed_outcome(task, killed_reason(limit), attempt)
+                    outcome.attempts = attempt
+                    yield stamped(outcome, submitted)
+                    continue
                 try:
                     outcome = ray.get(ref)
                 except ray.exceptions.LocalRayletDiedError as exc:
@@ -296,11 +337,16 @@ def map_ray(
         if gone:
             _abandon_ray()
         else:
-            for ref in pending:
+            if starts is not None:
+                starts.forget()
+            # A Ray of our own goes down with its workers. Cancelling a task as it completes can
+            # end the driver in a check of Ray's ("Tried to complete task that was not pending").
+            for ref in pending if not (_owned and _local) else ():
                 try:
                     ray.cancel(ref, force=True)
                 except Exception:  # noqa: BLE001 - cancelling is best effort on the way out
                     pass
             if _owned:
                 ray.shutdown()
-                _owned = False
+                _owned = _local = False
+                stop(_reapers)

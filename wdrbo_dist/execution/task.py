@@ -79,8 +79,19 @@ class RunTimedOut(Exception):
     """The run passed its `timeout_s`: raised inside the run, by an alarm of its own process."""
 
 
+# A run still going this long past its `timeout_s` (in native code, where the alarm cannot reach
+# it) is ended from outside its process: the pool kills the process, Ray cancels the task.
+KILL_GRACE_S = 5.0
+
+
 def timed_out_reason(seconds: float) -> str:
     return f"timed out after {seconds:g} s (run_timeout_s)"
+
+
+def killed_reason(seconds: float) -> str:
+    """Why a run whose process was killed at its limit is FAILED (ends as `timed_out_reason`)."""
+    return (f"the run did not stop at its limit (native code?); its process was killed {KILL_GRACE_S:g} s later: "
+            f"RunTimedOut: {timed_out_reason(seconds)}")
 
 
 @contextmanager

@@ -1,15 +1,14 @@
 """Finished runs compacted: one parquet dataset, partitioned by problem, with an index of its runs.
 
-A study of 10^5 runs is 2 * 10^5 small files; a report that opens each takes minutes. A
-compaction round moves the finished runs' records into `compacted/records/problem=<p>/round-<n>.parquet`
-(a `run_key` column added) and their meta into `compacted/index/round-<n>.parquet`; its manifest,
-`compacted/index/round-<n>.json`, names the SHA-256 of each of those files and is the round's
-commit, written last. Files of a round without a manifest (a crash mid-round) are deleted: the
-runs' loose files still hold them. A file that does not match its checksum is damaged: its runs
-are not served (they run again) and the driver sets it aside, with the rest of its round when it
-is the index or the manifest. Round numbers are never reused. Only the driver, holding the
-folder's lock, compacts; readers take loose files first and the index after.
+A study of 10^5 runs is 2 * 10^5 small files; a report that opens each takes minutes. A round
+moves finished runs' records into `compacted/records/problem=<p>/round-<n>.parquet` (a `run_key`
+column added) and their meta into `compacted/index/round-<n>.parquet`; its manifest,
+`index/round-<n>.json`, names each file's SHA-256 and is the round's commit, written last (files
+of a round without one are deleted: the runs' loose files still hold them). A file that does not
+match its checksum is damaged: its runs are not served, and the driver sets it aside (with its
+round, for an index or manifest) and runs them again. Round numbers are never reused.
 """
+
 from __future__ import annotations
 
 import json

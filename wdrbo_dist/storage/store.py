@@ -151,9 +151,8 @@ class ResultStore:
         The compacted runs' own files go to discarded/ (`_discard`), as do loose files of runs
         the index holds (a crash after a round's commit); record files no round names (a crash
         before it) are deleted. The driver calls this under the folder's lock."""
-        done = self.compacted.keys()
         loose = self.loose_keys()
-        leftovers = {key for key in loose & done if self._same_as_compacted(key)}  # a crash after a round
+        leftovers = self.leftovers(loose)
         runs = []
         for key in sorted(loose - leftovers):  # a run done again (--force, damaged) replaces its compacted copy
             saved = self._saved.get(key)
@@ -170,6 +169,12 @@ class ResultStore:
         self.compacted.remove_uncommitted()
         self._saved.clear()
         return len(moved)
+
+    def leftovers(self, loose: set[str] | None = None) -> set[str]:
+        """Loose runs whose compacted copy was committed from these very files: what a crash
+        after a round left before moving them (the next compaction moves them)."""
+        loose = self.loose_keys() if loose is None else loose
+        return {key for key in loose & self.compacted.keys() if self._same_as_compacted(key)}
 
     def _same_as_compacted(self, run_key: str) -> bool:
         """Whether a loose run's files are the copy its compacted row was made from (saved at the

@@ -17,13 +17,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from wdrbo_dist.acquisition.options import describe
+from wdrbo_dist.acquisition.options import describe, shown
+from wdrbo_dist.errors import one_line, redact
 from wdrbo_dist.execution.names import BACKENDS
 from wdrbo_dist.problems.base import FIDELITIES
 from wdrbo_dist.run.spec import OptionValue
-from wdrbo_dist.study.spec import DEFAULT_TRACKING_URI, NO_TRACKING, AlgorithmSettings, Resources, StudySpec
+from wdrbo_dist.study.yaml_file import ConfigError, read_yaml
+from wdrbo_dist.study.spec import (
+    DEFAULT_TRACKING_URI, NAME_MAX_CHARS, NAME_RULE, NO_TRACKING, AlgorithmSettings, Resources, StudySpec, is_name,
+)
 
 TOP_LEVEL_KEYS = (
     "name", "description", "fidelity", "problems", "algorithms", "seeds", "evaluations",
@@ -35,47 +38,13 @@ RESOURCE_KEYS = ("num_cpus", "num_gpus")
 SEED_KEYS = ("start", "count")
 SEED_MAX = 2**63 - 1  # the analysis holds seeds as int64
 SEEDS_MAX = 100_000  # seeds in one study: more is a typo (and a run list too big to build)
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+$")
-
-
-class ConfigError(ValueError):
-    """A bad study file; the message is one line naming the field and its allowed values."""
-
-
-# --- loading ------------------------------------------------------------------------------------
+NAME_MAX_BYTES = 255  # NAME_MAX: the longest file name (one path component) of Linux file systems
+PATH_MAX_BYTES = 4000  # PATH_MAX is 4096, with room for the files under a folder
 
 
 def load_study_config(path: str | os.PathLike[str], validate_runs: bool = True) -> StudySpec:
     """Read and validate a study file; relative paths resolve against the working folder."""
-    source = Path(path)
-    try:
-        raw = source.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"config: cannot read {str(source)!r}: {exc.strerror or exc}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"config: not UTF-8 text: byte {raw[exc.start]:#04x} at line {line}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config: not valid YAML{_yaml_where(exc, text)}: {_yaml_problem(exc)}") from None
-    return parse_study_config(data, source=source, validate_runs=validate_runs)
-
-
-def _yaml_where(exc: yaml.YAMLError, text: str) -> str:
-    """' at line L, column C' of a parser error, ' at line L' of a reader error (bad character)."""
-    mark = getattr(exc, "problem_mark", None)
-    if mark is not None:
-        return f" at line {mark.line + 1}, column {mark.column + 1}"
-    position = getattr(exc, "position", None)
-    return f" at line {text[:position].count(chr(10)) + 1}" if isinstance(position, int) else ""
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or "invalid YAML"
-    return " ".join(str(problem).split())
+    return parse_study_config(read_yaml(path), source=Path(path), validate_runs=validate_runs)
 
 
 def parse_study_config(
@@ -95,8 +64,8 @@ def parse_study_config(
             raise ConfigError(f"{key}: required field missing")
 
     name = _string("name", data["name"])
-    if not NAME_PATTERN.match(name):
-        raise ConfigError(f"name: must match [A-Za-z0-9_.-]+, got {name!r}")
+    if not is_name(name):
+        raise ConfigError(f"name: must match {NAME_RULE}, got {shown(name)}")
     description = _string("description", data.get("description", ""), allow_empty=True)
     fidelity = _choice("fidelity", data.get("fidelity", "paper"), FIDELITIES)
     problems = _name_list("problems", data["problems"], tuple(PROBLEMS))
@@ -154,7 +123,7 @@ def _validate_runs(study: StudySpec) -> None:
             validate_spec(dataclasses.replace(spec, device="cpu"))
         except ValueError as exc:
             index = study.algorithms.index(spec.algorithm_label)
-            message = " ".join(str(exc).split())
+            message = one_line(exc, 150)
             raise ConfigError(
                 f"algorithms[{index}] ({spec.algorithm_label}) on problem {spec.problem}: {message}"
             ) from None
@@ -166,7 +135,7 @@ def _validate_runs(study: StudySpec) -> None:
 def _check_keys(where: str, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
     for key in data:
         if key not in allowed:
-            raise ConfigError(f"{where}: unknown key {key!r}; allowed keys: {', '.join(allowed)}")
+            raise ConfigError(f"{where}: unknown key {shown(key)}; allowed keys: {', '.join(allowed)}")
 
 
 def _string(name: str, value: Any, allow_empty: bool = False) -> str:
@@ -177,7 +146,7 @@ def _string(name: str, value: Any, allow_empty: bool = False) -> str:
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise ConfigError(f"{name}: must be one of {', '.join(allowed)}; got {value!r}")
+        raise ConfigError(f"{name}: must be one of {', '.join(allowed)}; got {shown(value)}")
     return value
 
 
@@ -192,7 +161,7 @@ def _number(name: str, value: Any, minimum: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{name}: must be a number >= {minimum:g}, got {describe(value)}")
     if not math.isfinite(value) or value < minimum:
-        raise ConfigError(f"{name}: must be a number >= {minimum:g}, got {value!r}")
+        raise ConfigError(f"{name}: must be a number >= {minimum:g}, got {shown(value)}")
     return float(value)
 
 
@@ -202,9 +171,9 @@ def _name_list(name: str, value: Any, allowed: tuple[str, ...]) -> list[str]:
     seen: list[str] = []
     for i, item in enumerate(value):
         if item not in allowed:
-            raise ConfigError(f"{name}[{i}]: unknown {item!r}; allowed: {', '.join(allowed)}")
+            raise ConfigError(f"{name}[{i}]: unknown {shown(item)}; allowed: {', '.join(allowed)}")
         if item in seen:
-            raise ConfigError(f"{name}[{i}]: {item!r} is listed twice; each may appear once")
+            raise ConfigError(f"{name}[{i}]: {shown(item)} is listed twice; each may appear once")
         seen.append(item)
     return seen
 
@@ -245,20 +214,23 @@ def _algorithms(value: Any, registry: Mapping[str, Any]) -> list[AlgorithmSettin
             raise ConfigError(f"{where}.name: required field missing; allowed: {', '.join(allowed)}")
         algo = item["name"]
         if not isinstance(algo, str) or algo not in registry:
-            raise ConfigError(f"{where}.name: unknown algorithm {algo!r}; allowed: {', '.join(allowed)}")
+            raise ConfigError(f"{where}.name: unknown algorithm {shown(algo)}; allowed: {', '.join(allowed)}")
         label = item.get("label")
-        if label is not None and (not isinstance(label, str) or not _LABEL.fullmatch(label)):
-            raise ConfigError(f"{where}.label: must be a name of letters, digits and -_.=[], got {describe(label)}")
+        if label is not None and (not isinstance(label, str) or not _LABEL.fullmatch(label)
+                                  or len(label) > NAME_MAX_CHARS):
+            raise ConfigError(f"{where}.label: must be a name of letters, digits and -_.=[], at most "
+                              f"{NAME_MAX_CHARS} characters, got {describe(label)}")
         resources = _resources(f"{where}.resources", item.get("resources") or {})
         for variant, options in _variants(f"{where}.options", item.get("options") or {}, registry[algo], label):
             entry = AlgorithmSettings(name=algo, options=options, resources=resources, variant=variant)
             for other in result:
                 if other.label == entry.label:
                     raise ConfigError(
-                        f"{where}: {entry.label!r} is listed twice; give each variant of {algo} its own label"
+                        f"{where}: {shown(entry.label)} is listed twice; give each variant of {algo} its own label"
                     )
                 if other.name == algo and other.options == options:
-                    raise ConfigError(f"{where}: {entry.label!r} has the options of {other.label!r} (the same runs)")
+                    raise ConfigError(f"{where}: {shown(entry.label)} has the options of {shown(other.label)} "
+                                      "(the same runs)")
             result.append(entry)
     return result
 
@@ -287,7 +259,11 @@ def _variants(where: str, value: Any, entry: Any, label: str | None) -> list[tup
         chosen = dict(zip(listed, combination))
         options = _options(where, {**fixed, **chosen}, entry)
         suffix = ",".join(f"{key}={options[key]}" for key in listed)
-        variants.append((f"{label or entry.name}[{suffix}]", options))
+        variant = f"{label or entry.name}[{suffix}]"
+        if len(variant) > NAME_MAX_CHARS or "/" in variant or "\0" in variant:
+            raise ConfigError(f"{where}: the variant label {shown(variant)} must be at most {NAME_MAX_CHARS} "
+                              "characters without / or NUL (it names files): give the entry a shorter label")
+        variants.append((variant, options))
     return variants
 
 
@@ -300,12 +276,13 @@ def _options(where: str, value: Any, entry: Any) -> dict[str, OptionValue]:
     for key, given in value.items():
         if key not in declared:
             raise ConfigError(
-                f"{where}: unknown option {key!r}; allowed: {', '.join(declared) or 'none (this algorithm has no options)'}"
+                f"{where}: unknown option {shown(key)}; allowed: "
+                f"{', '.join(declared) or 'none (this algorithm has no options)'}"
             )
         try:
             options[key] = declared[key].check(given)
         except ValueError as exc:
-            raise ConfigError(f"{where}.{key}: {exc}") from None
+            raise ConfigError(f"{where}.{key}: {one_line(exc, 200)}") from None
     return options
 
 
@@ -337,15 +314,21 @@ def _tracking_uri(value: Any) -> str:
     uri = value.strip()
     if uri.lower() == NO_TRACKING:
         return NO_TRACKING
+    authority = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)", uri)
+    if authority and "@" in authority.group(1):
+        # study.json, MLflow's params and Ray's job settings keep the URI: no secret in it.
+        raise ConfigError(f"tracking_uri: no user:password@ in the URI ({shown(redact(uri))}): set "
+                          "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD in the environment instead")
     if uri.startswith("sqlite:///"):
         db_path = uri[len("sqlite:///"):]
         if not db_path or db_path.endswith("/"):
-            raise ConfigError(f"tracking_uri: a sqlite URI must name a file, e.g. sqlite:///mlflow.db; got {uri!r}")
+            raise ConfigError(f"tracking_uri: a sqlite URI must name a file, e.g. sqlite:///mlflow.db; "
+                              f"got {shown(uri)}")
         # Resolved once, here, so that workers and later commands find the same store.
         return "sqlite:///" + str(_resolve("tracking_uri", db_path))
-    if re.match(r"^https?://[^/\s:]+(:\d+)?(/\S*)?$", uri):
+    if re.match(r"^https?://[^/\s:@]+(:\d+)?(/\S*)?$", uri):
         return uri.rstrip("/")
-    raise ConfigError(f"tracking_uri: must be one of {allowed}; got {uri!r}")
+    raise ConfigError(f"tracking_uri: must be one of {allowed}; got {shown(redact(uri))}")
 
 
 def _path(name: str, value: Any) -> Path:
@@ -355,8 +338,21 @@ def _path(name: str, value: Any) -> Path:
 
 
 def _resolve(name: str, text: str) -> Path:
-    """`text` as an absolute path, ~ expanded (a NUL byte or an unknown ~user is the field's error)."""
+    """`text` as an absolute path, ~ expanded (a NUL byte or an unknown ~user is the field's error);
+    a component or a whole path longer than the file system takes is refused here, not mid-study."""
+    _check_lengths(name, text)
     try:
-        return Path(text).expanduser().resolve()
+        path = Path(text).expanduser().resolve()
     except (OSError, RuntimeError, ValueError) as exc:
-        raise ConfigError(f"{name}: not a usable path {text!r} ({exc})") from None
+        raise ConfigError(f"{name}: not a usable path {shown(text)} ({one_line(exc, 80)})") from None
+    _check_lengths(name, str(path))
+    return path
+
+
+def _check_lengths(name: str, text: str) -> None:
+    for part in text.split("/"):
+        if len(part.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES:
+            raise ConfigError(f"{name}: a path component is longer than {NAME_MAX_BYTES} bytes "
+                              f"(the file system's limit), got {shown(part)}")
+    if len(text.encode("utf-8", "surrogatepass")) > PATH_MAX_BYTES:
+        raise ConfigError(f"{name}: a path longer than {PATH_MAX_BYTES} bytes, got {shown(text)}")

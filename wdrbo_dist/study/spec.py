@@ -6,6 +6,7 @@ knows nothing of YAML or of how its runs execute.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,13 @@ from wdrbo_dist.run.spec import OptionValue, RunSpec
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 NO_TRACKING = "none"
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_.-]+")
+NAME_MAX_CHARS = 100  # a study name or a variant label: part of file and folder names
+NAME_RULE = f"[A-Za-z0-9_.-]+ (1 to {NAME_MAX_CHARS} characters, not . or ..)"
+def is_name(value: object) -> bool:
+    """Whether `value` may name a study (a config's or a stored one): it becomes a folder's name."""
+    return (isinstance(value, str) and len(value) <= NAME_MAX_CHARS and value not in (".", "..")
+            and NAME_PATTERN.fullmatch(value) is not None)
 
 
 @dataclass(frozen=True)

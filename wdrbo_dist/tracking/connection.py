@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from wdrbo_dist.errors import one_line
+from wdrbo_dist.errors import redact
 from wdrbo_dist.tracking.views import View
 
 if TYPE_CHECKING:
@@ -22,7 +23,11 @@ FINISHED, FAILED, RUNNING, KILLED = "FINISHED", "FAILED", "RUNNING", "KILLED"
 
 
 class TrackingError(RuntimeError):
-    """The tracking store cannot be used; the message says which URI and why, in one line."""
+    """The tracking store cannot be used; the message says which URI and why, in one line, with
+    any `user:password@` of a URL in it shown as `***@`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
 
 
 def tracking_mode(uri: str) -> str:
