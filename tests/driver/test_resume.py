@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 from mlflow.tracking import MlflowClient
 
+from tests.support.processes import group_alive
 from wdrbo_dist.study.config import load_study_config
 from wdrbo_dist.storage.store import ResultStore
 
@@ -48,19 +49,6 @@ def ignored_signals(pid: int) -> str:
         if line.startswith("SigIgn:"):
             return line.split()[1]
     return "?"
-
-
-def group_alive(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                return True
-    return False
 
 
 def test_interrupt_then_kill_then_resume(tmp_path: Path) -> None:

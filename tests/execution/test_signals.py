@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.processes import descendants, living
 from wdrbo_dist.storage.store import ResultStore
 
 CLI = str(Path(sys.executable).with_name("wdrbo-dist"))
@@ -84,33 +85,8 @@ def _wait_finished(store: ResultStore, count: int, driver: subprocess.Popen, tim
         time.sleep(0.1)
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process, from /proc (zombies left out: they are gone)."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if fields[0] != "Z":
-                found[int(entry.name)] = int(fields[1])
-    return found
-
-
-def _descendants(root: int) -> set[int]:
-    parents = _parents()
-    tree, grew = {root}, True
-    while grew:
-        found = {pid for pid, parent in parents.items() if parent in tree} - tree
-        tree |= found
-        grew = bool(found)
-    return tree - {root}
-
-
 def _alive(pids: set[int]) -> set[int]:
-    return pids & set(_parents())
+    return pids & set(living())
 
 
 def _gone_within(pids: set[int], seconds: float) -> float:
@@ -135,7 +111,7 @@ def test_sigterm_ends_a_study_like_ctrl_c(tmp_path: Path, backend: str) -> None:
     driver = _start(config)
     try:
         _wait_finished(store, 1, driver)
-        children = _descendants(driver.pid)
+        children = descendants(driver.pid)
         driver.send_signal(signal.SIGTERM)
         output = _ended(driver)
     finally:
@@ -193,7 +169,7 @@ def test_sigterm_to_the_whole_group_ends_a_local_study_like_ctrl_c(tmp_path: Pat
     driver = _start(config)
     try:
         _wait_finished(store, 1, driver)
-        children = _descendants(driver.pid)
+        children = descendants(driver.pid)
         os.killpg(driver.pid, signal.SIGTERM)
         output = _ended(driver)
     finally:
@@ -205,17 +181,15 @@ def test_sigterm_to_the_whole_group_ends_a_local_study_like_ctrl_c(tmp_path: Pat
     _gone_within(children, 10)
 
 
-@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
-def test_the_pool_of_a_killed_local_driver_ends_with_it(tmp_path: Path, how: signal.Signals) -> None:
-    """SIGKILL (or SIGTERM to the driver alone, as `kill PID` sends it) mid-study: within seconds
-    no process the driver started runs, and no pool folder of that driver is left."""
-    config, store = _study(tmp_path, "local")
+def _killed_mid_study(config: Path, store: ResultStore, how: signal.Signals):  # type: ignore[no-untyped-def]
+    """Start a driver, send it `how` once a run is stored (its pool folder, if local, named by
+    its pid first), and wait for what it started to end: (the driver, its processes, seconds)."""
     driver = _start(config)
     try:
         _wait_finished(store, 1, driver)
-        children = _descendants(driver.pid)
-        assert len(children) >= 2, children  # the two pool processes (and multiprocessing's tracker)
-        assert _pool_folders(driver.pid), "the pool's folder is named by its driver's pid"
+        children = descendants(driver.pid)
+        if yaml.safe_load(config.read_text())["backend"] == "local":
+            assert _pool_folders(driver.pid), "the pool's folder is named by its driver's pid"
         os.kill(driver.pid, how)
         driver.wait(timeout=60)
         took = _gone_within(children, 10)
@@ -225,6 +199,16 @@ def test_the_pool_of_a_killed_local_driver_ends_with_it(tmp_path: Path, how: sig
         except ProcessLookupError:
             pass
         driver.communicate()
+    return driver, children, took
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
+def test_the_pool_of_a_killed_local_driver_ends_with_it(tmp_path: Path, how: signal.Signals) -> None:
+    """SIGKILL (or SIGTERM to the driver alone, as `kill PID` sends it) mid-study: within seconds
+    no process the driver started runs, and no pool folder of that driver is left."""
+    config, store = _study(tmp_path, "local")
+    driver, children, took = _killed_mid_study(config, store, how)
+    assert len(children) >= 2, children  # the two pool processes (and multiprocessing's tracker)
     print(f"{how.name}: the driver's processes were gone {took:.1f} s after it")
     if how == signal.SIGKILL:
         # Its folder stays until the next pool starts (nothing runs in a process killed so), which removes it.
@@ -249,17 +233,5 @@ def test_a_killed_driver_leaves_no_process_of_its_own_ray(tmp_path: Path) -> Non
     with the driver; the runner's reaper ends the raylet's agents too (they wait a minute on the
     dead GCS otherwise)."""
     config, store = _study(tmp_path, "ray")
-    driver = _start(config)
-    try:
-        _wait_finished(store, 1, driver)
-        children = _descendants(driver.pid)
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.wait(timeout=60)
-        took = _gone_within(children, 10)
-    finally:
-        try:
-            os.killpg(driver.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        driver.communicate()
+    _, children, took = _killed_mid_study(config, store, signal.SIGKILL)
     print(f"the {len(children)} processes of the driver's Ray were gone {took:.1f} s after it")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import descendants
 from wdrbo_dist.execution import local, ray_backend
 from wdrbo_dist.execution.backends import map_tasks
 from wdrbo_dist.study.config import parse_study_config
@@ -59,19 +60,7 @@ def test_problems(tmp_path: Path, monkeypatch):
 
 def _listening_addresses(root: int) -> list[str]:
     """Local addresses (hex, as /proc/net/tcp* writes them) that processes under `root` listen on."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-    tree, grew = {root}, True
-    while grew:
-        found = {pid for pid, parent in parents.items() if parent in tree} - tree
-        tree |= found
-        grew = bool(found)
+    tree = descendants(root) | {root}
     sockets = set()
     for pid in tree:
         try:
