@@ -91,6 +91,7 @@ class RunResult:
     options: dict[str, Any] = field(default_factory=dict)  # as resolved by `resolved_options`
     wall_time_s: float = 0.0
     started_at: float = 0.0  # unix time
+    warm_up_s: float = 0.0  # the process's first run of the cell: its warm-up, before wall_time_s
     host: str = field(default_factory=lambda: os.uname().nodename)
     pid: int = field(default_factory=os.getpid)
     # The records as the store's parquet file, encoded where the run ran (the study's workers do

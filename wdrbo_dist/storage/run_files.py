@@ -39,6 +39,7 @@ def result_meta(result: RunResult) -> dict[str, Any]:
         "summary": result.summary() if result.ok else {"wall_time_s": result.wall_time_s},
         "error": result.error,
         "wall_time_s": result.wall_time_s,
+        "warm_up_s": result.warm_up_s,
         "started_at": result.started_at,
         "saved_at": time.time(),
         "host": result.host,

@@ -63,7 +63,9 @@ from wdrbo_dist.storage.run_files import result_meta, spec_from_dict
 #
 # The meta JSON (`read_meta`) holds:
 #     run_key, label, status ("FINISHED" | "FAILED"), spec (every RunSpec field, options as a
-#     dict: what the user gave), options (every option the run used, RunResult.options), summary (RunResult.summary()), error (traceback or null), wall_time_s, started_at,
+#     dict: what the user gave), options (every option the run used, RunResult.options),
+#     summary (RunResult.summary()), error (traceback or null), wall_time_s, warm_up_s (the
+#     seconds before it: a process's first run of a cell warms up, run/loop.warm_up), started_at,
 #     saved_at (unix times), host, pid, version (the package's), rows.
 TEMPORARY_NAME = re.compile(r"^\.(?:[0-9a-f]{16}\.(?:json|parquet)|round-\d+\.(?:json|parquet)|study\.json|mlflow\.json)"
                             r"\.[^/]*\.tmp$")  # `atomic`'s temporaries of the files the store writes
@@ -379,6 +381,7 @@ class ResultStore:
             error=meta.get("error"),
             options=dict(meta.get("options") or {}),
             wall_time_s=float(meta.get("wall_time_s", 0.0)),
+            warm_up_s=float(meta.get("warm_up_s", 0.0)),
             started_at=float(meta.get("started_at", 0.0)),
             host=meta.get("host", ""),
             pid=int(meta.get("pid", 0)),
