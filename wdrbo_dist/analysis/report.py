@@ -171,9 +171,11 @@ def render_page(data: StudyData, tables: Tables, figures: Sequence[FigureItem], 
     data = data.first_study()
     counts = data.counts()
     generated = _dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    nav = ['<a href="#summary">Summary</a>', '<a href="#tables">Tables</a>', '<a href="#figures">Figures</a>',
+    nav = ['<a href="#summary">Summary</a>', '<a href="#claims">Claims</a>', '<a href="#tables">Tables</a>', '<a href="#figures">Figures</a>',
            '<a href="#runs">Failed / missing runs</a>']
     headline = _tables_html({f: summary.display(f) for f in data.fidelities}) if summary is not None else ""
+    claims = (_tables_html({f: {"The paper's claims": summary.claims_display(f)} for f in data.fidelities})
+              if summary is not None else "<p>No summary.</p>")
     problems = tables.problems
     if problems.empty:
         runs_html = "<p>None: every expected run finished.</p>"
@@ -201,6 +203,10 @@ conservative one. The normalised score is 1 − R_T / R_T of random search on th
 means): 1 = no regret, 0 = random search.</p>{_reference_html(tables)}
 {''.join(_figure_html(item) for item in lead)}
 {headline}
+<h2 id="claims">Claims: the paper's, answered by this study</h2>
+<p class="caption">Each claim of the paper whose cells this study holds: supported, contradicted or inconclusive at
+this n, with its numbers and test (docs/results.md says why each threshold).</p>
+{claims}
 <h2 id="tables">Tables</h2>
 <p class="caption">Mean ± standard error over seeds (SE = sample SD / √n). Cells with failed or missing runs are
 coloured and say how many of the expected runs they average; a cell without any finished run shows its status.

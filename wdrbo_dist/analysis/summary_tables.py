@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from wdrbo_dist.analysis.claims import claims_display, claims_long
 from wdrbo_dist.analysis.intervals import CONSERVATIVE, TOO_FEW
 from wdrbo_dist.analysis.load import StudyData
 from wdrbo_dist.analysis.names import algorithm_name, problem_name, resolve_reference
@@ -34,6 +35,7 @@ class Summary:
     improvement: pd.DataFrame  # fidelity x problem (and overall) x baseline, with intervals
     critical_difference: dict[str, CriticalDifference]  # per fidelity
     profiles: dict[str, pd.DataFrame]  # per fidelity: the performance profile with its band
+    claims: pd.DataFrame  # one row per part of each of the paper's claims the study holds (claims.py)
     anchor: str = ANCHOR
     reference_note: str = ""  # why there are no probabilities of improvement, if there are none
 
@@ -41,7 +43,11 @@ class Summary:
         ranks, pairs = critical_difference_tables(self.critical_difference)
         return {"normalised_scores": self.scores, "normalised_score_summary": self.score_summary,
                 "probability_of_improvement": self.improvement, "critical_difference": ranks,
-                "nemenyi": pairs}
+                "nemenyi": pairs, "claims": self.claims}
+
+    def claims_display(self, fidelity: str) -> pd.DataFrame:
+        """The Claims section's table: one row per claim of the paper, its evidence and verdict."""
+        return claims_display(self.claims, fidelity)
 
     def display(self, fidelity: str) -> dict[str, pd.DataFrame]:
         """Title -> display frame, in the order the page and summary.md show them (notes in attrs)."""
@@ -137,6 +143,7 @@ def build_summary(data: StudyData, reference: str | None = None, anchor: str = A
         improvement=improvement,
         critical_difference=analyses,
         profiles={f: profile_bands(data.runs, f, algorithms, anchor) for f in data.fidelities},
+        claims=claims_long(data),
         anchor=anchor,
         reference_note=note,
     )
@@ -145,6 +152,9 @@ def build_summary(data: StudyData, reference: str | None = None, anchor: str = A
 def summary_markdown(summary: Summary, fidelities: list[str]) -> str:
     """The headline tables as markdown sections (summary.md puts them first)."""
     lines = []
+    for fidelity in fidelities:
+        lines += [f"## Claims: the paper's, answered by this study — fidelity `{fidelity}`", "",
+                  to_markdown(summary.claims_display(fidelity))]
     for fidelity in fidelities:
         for title, frame in summary.display(fidelity).items():
             lines += [f"## {title} — fidelity `{fidelity}`", "", to_markdown(frame)]
