@@ -54,7 +54,7 @@ class Summary:
         out = {}
         cd = self.critical_difference.get(fidelity)
         if cd is not None and cd.n_blocks:
-            out[f"Average ranks over {cd.n_blocks} problems (critical-difference diagram)"] = cd_display(cd)
+            out[f"Average ranks over {cd.n_blocks} problem{'' if cd.n_blocks == 1 else 's'} (critical-difference diagram)"] = cd_display(cd)
         scores = self.score_summary[self.score_summary["fidelity"] == fidelity]
         if scores["score"].notna().any():
             frame = _interval_wide(scores, "algorithm", "score", algorithm_name)
