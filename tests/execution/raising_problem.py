@@ -1,14 +1,14 @@
 """Problems whose truth computation raises or ends the process, for failure tests that cross
 process boundaries.
 
-Ray workers register them through a `worker_process_setup_hook`; each attempt appends its process
-id to the file named by $WDRBO_TEST_ATTEMPTS, so a test can count how often the run was tried.
+Ray workers register them through a `worker_process_setup_hook` (`register_every_problem`, the
+hook of the Ray the tests here share); each attempt appends its process id to the file named by
+$WDRBO_TEST_ATTEMPTS, so a test can count how often the run was tried.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import ClassVar
 
 from wdrbo_dist.problems import PROBLEMS
@@ -25,28 +25,12 @@ def count_attempt() -> None:
             log.write(f"{os.getpid()}\n")
 
 
-def start_ray(hook: str, attempts: Path) -> None:
-    """A local Ray for one test whose workers register a problem of this module through `hook`."""
-    import ray
-
-    here = str(Path(__file__).parent)
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", runtime_env={
-        "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")])),
-                     ATTEMPTS_ENV: str(attempts)},
-        "worker_process_setup_hook": f"raising_problem.{hook}",
-    })
-
-
 class RaisingProblem(ThreeHumpCamel):
     name: ClassVar[str] = "raises"
 
     def expected_value(self, x):
         count_attempt()
         raise FloatingPointError("the truth is not available today")
-
-
-def register() -> None:
-    PROBLEMS["raises"] = RaisingProblem
 
 
 class DyingProblem(ThreeHumpCamel):
@@ -57,10 +41,6 @@ class DyingProblem(ThreeHumpCamel):
     def expected_value(self, x):
         count_attempt()
         os._exit(137)
-
-
-def register_dying() -> None:
-    PROBLEMS["dies"] = DyingProblem
 
 
 class SleepingProblem(ThreeHumpCamel):
@@ -93,6 +73,15 @@ class MemoryHogProblem(ThreeHumpCamel):
 
 def register_all() -> None:
     PROBLEMS.update(raises=RaisingProblem, dies=DyingProblem, sleeps=SleepingProblem, hogs=MemoryHogProblem)
+
+
+def register_every_problem() -> None:
+    """The worker set-up hook of the Ray the tests here share (conftest.py): every problem of
+    this folder, the hanging one (hanging_problem.py) too."""
+    import hanging_problem
+
+    register_all()
+    hanging_problem.register()
 
 
 def run_registered(spec):

@@ -162,24 +162,21 @@ def test_a_task_waiting_in_a_pool_that_breaks_is_not_charged_an_attempt(tmp_path
     assert {key: o.attempts for key, o in outcomes.items()} == {key: 2 if key == killed[0] else 1 for key in outcomes}
 
 
-def test_ray_records_a_raising_run_as_failed_once_and_does_not_retry_it(tmp_path: Path, monkeypatch) -> None:
-    import ray
-
+def test_ray_records_a_raising_run_as_failed_once_and_does_not_retry_it(
+    tmp_path: Path, monkeypatch, shared_ray: Path
+) -> None:
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    from raising_problem import ATTEMPTS_ENV, RaisingProblem, start_ray
+    from raising_problem import ATTEMPTS_ENV, RaisingProblem
 
-    attempts = tmp_path / "attempts.log"
-    # A local Ray on 127.0.0.1 that lives for this test only, with token auth (conftest.py).
+    # The local Ray on 127.0.0.1 the tests here share, with token auth (conftest.py); its
+    # workers count their attempts in `shared_ray`, and so would a run in this process.
+    attempts = shared_ray
     monkeypatch.setenv(ATTEMPTS_ENV, str(attempts))
     monkeypatch.setitem(PROBLEMS, "raises", RaisingProblem)  # here, for the config; workers: the hook
     study = parse_study_config(tiny_study(tmp_path, problems=["raises", "newsvendor"], seeds=[1, 2],
                                           algorithms=[{"name": "erbo", "options": FAST}]))
     tasks = make_tasks(study, study.runs)
-    start_ray("register", attempts)
-    try:
-        outcomes = list(map_tasks(tasks, "ray", workers=2, run=run_captured))
-    finally:
-        ray.shutdown()
+    outcomes = list(map_tasks(tasks, "ray", workers=2, run=run_captured))
     failed = [o for o in outcomes if not o.result.ok]
     assert sorted(o.task.spec.problem for o in failed) == ["raises", "raises"]
     assert all("FloatingPointError: the truth is not available today" in (o.result.error or "") for o in failed)

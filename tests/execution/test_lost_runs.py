@@ -74,25 +74,19 @@ def test_a_local_run_whose_process_keeps_dying_is_lost_not_failed_and_the_next_r
 
 
 def test_ray_submits_a_run_whose_worker_keeps_dying_again_then_gives_it_up_as_lost(
-    tmp_path: Path, monkeypatch
+    tmp_path: Path, monkeypatch, shared_ray: Path
 ) -> None:
-    import ray
-
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    from raising_problem import DyingProblem, start_ray
+    from raising_problem import DyingProblem
     from wdrbo_dist.problems import PROBLEMS
 
-    attempts = tmp_path / "attempts.log"
+    attempts = shared_ray  # where the shared Ray's workers count their attempts (conftest.py)
     monkeypatch.setattr(ray_backend, "RESUBMIT_DELAYS_S", QUICK_BACKOFF)
     monkeypatch.setattr(ray_backend, "MAX_RETRIES", 0)  # Ray's own retries: covered by Ray
     monkeypatch.setitem(PROBLEMS, "dies", DyingProblem)
     study = parse_study_config(tiny_study(tmp_path, problems=["dies", "newsvendor"], seeds=[1],
                                           algorithms=[{"name": "erbo", "options": FAST}]))
-    start_ray("register_dying", attempts)
-    try:
-        outcomes = list(map_tasks(make_tasks(study, study.runs), "ray", workers=2, run=run_captured))
-    finally:
-        ray.shutdown()
+    outcomes = list(map_tasks(make_tasks(study, study.runs), "ray", workers=2, run=run_captured))
     by_problem = {o.task.spec.problem: o for o in outcomes}
     assert by_problem["newsvendor"].result.ok and by_problem["newsvendor"].lost is None
     dead = by_problem["dies"]
@@ -131,18 +125,25 @@ def test_auto_or_ray_address_naming_a_dead_cluster_is_one_line_and_exit_2_with_n
     (ray_tmp / "ray").mkdir()
     (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    cases = (
+        (["--address", "auto"], {"RAY_TMPDIR": str(ray_tmp)}, "--address auto"),
+        ([], {"RAY_ADDRESS": f"127.0.0.1:{port}"}, f"RAY_ADDRESS=127.0.0.1:{port}"),
+    )
+    started, drivers = time.monotonic(), []
     try:
-        for args, extra, named in (
-            (["--address", "auto"], {"RAY_TMPDIR": str(ray_tmp)}, "--address auto"),
-            ([], {"RAY_ADDRESS": f"127.0.0.1:{port}"}, f"RAY_ADDRESS=127.0.0.1:{port}"),
-        ):
-            started = time.monotonic()
-            out = subprocess.run([CLI, "run", str(config), "--backend", "ray", *args], env=env | extra,
-                                 capture_output=True, text=True, timeout=120)
-            assert out.returncode == 2, out.stderr
-            lines = out.stderr.strip().splitlines()
-            assert len(lines) == 1 and f"{named}: nothing answers at 127.0.0.1:{port}" in lines[0], out.stderr
+        for args, extra, _ in cases:  # both commands at once: each one waits mostly on its imports
+            drivers.append(subprocess.Popen([CLI, "run", str(config), "--backend", "ray", *args], env=env | extra,
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        for driver, (_, _, named) in zip(drivers, cases):
+            _, stderr = driver.communicate(timeout=120)
+            assert driver.returncode == 2, stderr
+            lines = stderr.strip().splitlines()
+            assert len(lines) == 1 and f"{named}: nothing answers at 127.0.0.1:{port}" in lines[0], stderr
             assert time.monotonic() - started < 60
-            assert not (tmp_path / "out").exists()  # no study.json, lock or log
+        assert not (tmp_path / "out").exists()  # no study.json, lock or log
     finally:
+        for driver in drivers:
+            if driver.poll() is None:
+                driver.kill()  # a command this test started
+                driver.communicate()
         shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -78,7 +78,30 @@ def _listening_addresses(root: int) -> list[str]:
 LOOPBACK = ("0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000")
 
 
-def test_the_runners_own_ray_listens_on_127_0_0_1_only_and_refuses_a_run_no_node_fits(tmp_path: Path) -> None:
+def test_on_ray_a_timed_out_run_or_a_task_that_cannot_be_set_up_is_failed_once(
+    tmp_path: Path, test_problems, monkeypatch, shared_ray
+) -> None:
+    """On the Ray the tests here share (conftest.py): its workers have this folder's problems,
+    and not the driver-only module."""
+    monkeypatch.setattr(ray_backend, "RESUBMIT_DELAYS_S", QUICK_BACKOFF)
+    tasks = _tasks(tmp_path, ["sleeps", "newsvendor"], timeout_s=3)
+    started = time.monotonic()
+    timed = {o.task.spec.problem: o for o in map_tasks(tasks, "ray", workers=1, run=test_problems.run_registered)}
+    took = time.monotonic() - started
+    import onlyhere
+
+    unset = list(map_tasks(tasks[1:], "ray", workers=1, run=onlyhere.run))
+    slept = timed["sleeps"]
+    assert not slept.result.ok and slept.lost is None and slept.attempts == 1
+    assert slept.result.error.strip().endswith("timed out after 3 s (run_timeout_s)"), slept.result.error
+    # The worker was freed: the other run came after it on the one slot, long before the sleep's 600 s.
+    assert timed["newsvendor"].result.ok and took < 300
+    [outcome] = unset
+    assert not outcome.result.ok and outcome.lost is None and outcome.attempts == 1
+    assert "could not be set up" in outcome.result.error and "No module named 'onlyhere'" in outcome.result.error
+
+
+def test_the_runners_own_ray_listens_on_127_0_0_1_only_and_refuses_a_run_no_node_fits(tmp_path: Path, own_ray) -> None:
     import ray
 
     study = parse_study_config(tiny_study(tmp_path, algorithms=[
@@ -96,34 +119,6 @@ def test_the_runners_own_ray_listens_on_127_0_0_1_only_and_refuses_a_run_no_node
     finally:
         ray.shutdown()
         ray_backend._owned = False
-
-
-def test_on_ray_a_timed_out_run_or_a_task_that_cannot_be_set_up_is_failed_once(
-    tmp_path: Path, test_problems, monkeypatch
-) -> None:
-    import ray
-
-    monkeypatch.setattr(ray_backend, "RESUBMIT_DELAYS_S", QUICK_BACKOFF)
-    tasks = _tasks(tmp_path, ["sleeps", "newsvendor"], timeout_s=3)
-    test_problems.start_ray("register_all", tmp_path / "attempts.log")
-    try:
-        started = time.monotonic()
-        timed = {o.task.spec.problem: o for o in map_tasks(tasks, "ray", workers=1,
-                                                           run=test_problems.run_registered)}
-        took = time.monotonic() - started
-        import onlyhere
-
-        unset = list(map_tasks(tasks[1:], "ray", workers=1, run=onlyhere.run))
-    finally:
-        ray.shutdown()
-    slept = timed["sleeps"]
-    assert not slept.result.ok and slept.lost is None and slept.attempts == 1
-    assert slept.result.error.strip().endswith("timed out after 3 s (run_timeout_s)"), slept.result.error
-    # The worker was freed: the other run came after it on the one slot, long before the sleep's 600 s.
-    assert timed["newsvendor"].result.ok and took < 300
-    [outcome] = unset
-    assert not outcome.result.ok and outcome.lost is None and outcome.attempts == 1
-    assert "could not be set up" in outcome.result.error and "No module named 'onlyhere'" in outcome.result.error
 
 
 def test_the_local_pool_gives_the_same_verdicts(tmp_path: Path, test_problems, monkeypatch) -> None:
@@ -173,7 +168,7 @@ def _memory_used() -> float:
 MARGIN_GIB = 2.0  # Ray's threshold above what the machine uses when the test starts
 
 
-def test_on_ray_a_run_killed_for_memory_twice_is_failed_not_lost(tmp_path: Path, monkeypatch) -> None:
+def test_on_ray_a_run_killed_for_memory_twice_is_failed_not_lost(tmp_path: Path, monkeypatch, own_ray) -> None:
     """Ray's own memory monitor kills the run's worker, twice. Its threshold is the machine's, so
     other work moves it: the run takes memory until it is killed (memory freed elsewhere cannot
     keep it below), the threshold is 2 GiB above what the machine used at the start (memory taken

@@ -43,7 +43,7 @@ def tracked_study(tmp_path_factory):
         with contextlib.redirect_stdout(out):
             assert main(argv) == 0
         printed += out.getvalue().splitlines()
-    ui = start_mlflow_ui(uri, root / "ui.log")
+    ui = start_mlflow_ui(uri, root / "ui.log", workers=1)  # one browser: one server process serves it
     try:
         wait_for(ui.up, 120, "mlflow ui", ui.log)
         addresses = {}

@@ -218,11 +218,14 @@ def start_mlflow_server(root: Path, port: int | None = None, admin_password: str
     return MlflowServer(f"http://127.0.0.1:{port}", process, log)
 
 
-def start_mlflow_ui(tracking_uri: str, log: Path, port: int | None = None) -> MlflowServer:
-    """`mlflow ui` over `tracking_uri` on 127.0.0.1, as the README starts it; not waited for."""
+def start_mlflow_ui(tracking_uri: str, log: Path, port: int | None = None, workers: int | None = None) -> MlflowServer:
+    """`mlflow ui` over `tracking_uri` on 127.0.0.1, as the README starts it; not waited for.
+    `workers`: its server processes (MLflow's default, 4, unless given; four that each import
+    MLflow as they start take 2-3 times as long as one to answer on 2 cores)."""
     port = port or free_port()
     process = subprocess.Popen(
-        [str(BIN / "mlflow"), "ui", "--host", "127.0.0.1", "--port", str(port), "--backend-store-uri", tracking_uri],
+        [str(BIN / "mlflow"), "ui", "--host", "127.0.0.1", "--port", str(port), "--backend-store-uri", tracking_uri,
+         *(["--workers", str(workers)] if workers else [])],
         env=_mlflow_server_env(), stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     return MlflowServer(f"http://127.0.0.1:{port}", process, log)
