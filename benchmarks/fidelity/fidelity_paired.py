@@ -1,0 +1,162 @@
+"""Both codes on the same draws of the environment: Newsvendor runs paired by common random numbers.
+
+`fidelity.py` compares the two codes over seeds, unpaired: each code draws its own initial
+design and its own demands, so a run stuck at a poor decision on one side has no partner on
+the other and a few such runs decide a 40-seed mean. Here, for each seed, our `reference` run
+is made first; then the published optimiser (`fidelity_paired_probe.py`, in its venv) is run on
+the same two initial points and the same sequence of demands (the t-th evaluation sees the
+t-th demand whatever x is chosen: Newsvendor's draw does not depend on x). What is left to differ
+is each code's method and its own internal draws (the optimiser's Sobol screen and restarts,
+the fit's retries), which the two codes make from different streams. So:
+
+- where the two codes compute the same thing, their trajectories agree until an internal draw
+  parts them, and a run that sticks at the box's bound on one side sticks on the other;
+- the per-seed log-ratio of R_100 (ours / published) is decided by the paired TOST of
+  `wdrbo_dist.analysis.equivalence` (one-sample t, margin [0.8, 1.25]): far more power than
+  the unpaired cell, because the environment's luck is shared.
+
+Printed per algorithm: R_100 mean ± SE of each code, the paired ratio with its 90 % interval and
+verdict, how many runs keep their decisions within 0.01 at every evaluation, the median first evaluation where the
+decisions part (further than 0.01), and the runs with 10 or more evaluations at x = 0 on each side.
+Cached in CACHE/paired (a new package version runs our side again). Seeds 300 and up by default
+(fidelity.py uses 200-249).
+
+    .venv/bin/python benchmarks/fidelity/fidelity_paired.py --published /scratch/published --algorithms erbo gp-ucb --seeds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root, for `benchmarks` when run as a file
+
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
+
+import numpy as np
+
+from benchmarks.fidelity.fidelity import EVALUATIONS, INIT_SIZE, decide, decision_cells, ratio_text, summary
+from benchmarks.fidelity.published import ALGORITHMS as PUBLISHED_NAMES, THREAD_ENV, PublishedCode
+from wdrbo_dist.problems import make_problem
+from wdrbo_dist.run.loop import run_one
+from wdrbo_dist.run.spec import RunSpec
+
+PROBLEM = "newsvendor"
+FIRST_SEED = 300
+BETA = 1.5
+PARTED = 0.01  # decisions further apart than this have parted (the optimisers stop within ~1e-3)
+STUCK = 10  # evaluations at x = 0 that make a run "stuck at the bound"
+
+
+def ours(algorithm: str, seed: int) -> dict:
+    """Our reference run: its decisions, expected values, initial design and demand stream."""
+    spec = RunSpec.make(algorithm=algorithm, problem=PROBLEM, seed=seed, evaluations=EVALUATIONS,
+                        init_size=INIT_SIZE, fidelity="reference")
+    result = run_one(spec)
+    if not result.ok:
+        raise SystemExit(f"ours: {spec.label} failed:\n{result.error}")
+    records = result.records
+    x = records.filter(like="x_").to_numpy()
+    return {"run_key": spec.run_key, "X": x.tolist(), "expected": records["expected_value"].tolist(),
+            "design": x[records["is_initial"].to_numpy()].tolist(), "demands": records["c_0"].tolist()}
+
+
+def published(code: PublishedCode, algorithm: str, seed: int, mine: dict) -> dict:
+    """The published optimiser on our run's design and demands (fidelity_paired_probe.py)."""
+    request = {"optimizer": PUBLISHED_NAMES[algorithm], "seed": seed, "evaluations": EVALUATIONS, "beta": BETA,
+               "design": mine["design"], "demands": mine["demands"]}
+    probe = Path(__file__).resolve().parent / "fidelity_paired_probe.py"
+    with tempfile.TemporaryDirectory() as folder:
+        request_path, answer_path = Path(folder) / "request.json", Path(folder) / "answer.json"
+        request_path.write_text(json.dumps(request))
+        done = subprocess.run([str(code.python), str(probe), str(code.folder), str(request_path), str(answer_path)],
+                              capture_output=True, text=True, env={**os.environ, **THREAD_ENV})
+        if done.returncode != 0:
+            raise SystemExit(f"published {algorithm} seed {seed} failed:\n{done.stderr[-2000:]}")
+        return json.loads(answer_path.read_text())
+
+
+def pair(code: PublishedCode, cache: Path, algorithm: str, seed: int, mine: dict) -> dict:
+    """Both runs of one seed, from the cache where they are there."""
+    path = cache / f"{algorithm}_{seed}.json"
+    if path.is_file():
+        entry = json.loads(path.read_text())
+        if entry["ours"]["run_key"] == mine["run_key"]:
+            return entry
+    entry = {"ours": mine, "published": published(code, algorithm, seed, mine)}
+    path.write_text(json.dumps(entry))
+    print(f"  {algorithm} seed {seed}: done", flush=True)
+    return entry
+
+
+def cached_ours(cache: Path, algorithm: str, seed: int) -> dict:
+    """Our run of one seed: the cached one if this version made it, else run here (in this process)."""
+    path = cache / f"{algorithm}_{seed}.json"
+    spec = RunSpec.make(algorithm=algorithm, problem=PROBLEM, seed=seed, evaluations=EVALUATIONS,
+                        init_size=INIT_SIZE, fidelity="reference")
+    if path.is_file() and (entry := json.loads(path.read_text()))["ours"]["run_key"] == spec.run_key:
+        return entry["ours"]
+    return ours(algorithm, seed)
+
+
+def row(algorithm: str, entries: list[dict]) -> str:
+    optimum = make_problem(PROBLEM, "reference").optimal_value
+    ours_r, pub_r, same, parted_at, stuck = [], [], 0, [], [0, 0]
+    for entry in entries:
+        x_ours = np.asarray(entry["ours"]["X"]).reshape(-1)
+        x_pub = np.asarray(entry["published"]["X"]).reshape(-1)
+        ours_r.append(float(np.sum(optimum - np.asarray(entry["ours"]["expected"]))))
+        pub_r.append(float(np.sum(optimum - np.asarray(entry["published"]["stochastic_Y"]))))
+        parted = np.flatnonzero(np.abs(x_ours - x_pub) > PARTED)
+        if parted.size:
+            parted_at.append(int(parted[0]) + 1)
+        else:
+            same += 1
+        stuck[0] += int(np.sum(x_ours == 0.0) >= STUCK)
+        stuck[1] += int(np.sum(x_pub == 0.0) >= STUCK)
+    result = decide(ours_r, pub_r, f"{algorithm} on {PROBLEM} (paired)", paired=True)
+    median_parted = f"{np.median(parted_at):.0f}" if parted_at else "-"
+    return (f"| {algorithm} | {len(entries)} | {summary(ours_r)} | {summary(pub_r)} | {ratio_text(result)} | "
+            f"{decision_cells(result)} | {same} | {median_parted} | {stuck[0]} / {stuck[1]} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    harness.add_published_arguments(parser, required=True)
+    parser.add_argument("--algorithms", nargs="+", default=["erbo", "gp-ucb"],
+                        choices=["wdrbo", "erbo", "gp-ucb", "sbo-kde", "drbo-kde", "stableopt"])
+    harness.add_seeds(parser, 20, help=f"seeds {FIRST_SEED}, {FIRST_SEED + 1}, ...")
+    parser.add_argument("--first-seed", type=int, default=FIRST_SEED)
+    harness.add_workers(parser, help="seeds in parallel")
+    args = parser.parse_args()
+    try:
+        code = PublishedCode.at(args.published, args.published_python)
+    except ValueError as error:
+        parser.error(str(error))  # one line, exit 2, before any work
+    cache = Path(args.cache) / "paired"
+    cache.mkdir(parents=True, exist_ok=True)
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    lines = ["| algorithm | pairs | ours R_100 | published R_100 | ratio [90% CI] | TOST p | verdict | seeds needed "
+             "| runs within 0.01 throughout | median first parted evaluation | stuck at x = 0: ours / published |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for algorithm in args.algorithms:
+        mine = {seed: cached_ours(cache, algorithm, seed) for seed in seeds}  # ours first, one at a time
+        with ThreadPoolExecutor(args.workers) as pool:  # the published runs as subprocesses side by side
+            entries = list(pool.map(lambda s: pair(code, cache, algorithm, s, mine[s]), seeds))
+        lines.append(row(algorithm, entries))
+    print("\n".join(lines))
+    print(f"\nNewsvendor, seeds {seeds[0]}..{seeds[-1]}: both codes on our run's initial design and demand draws; "
+          f"R_100: cumulative exact regret after {EVALUATIONS} evaluations, mean ± SE; ratio: ours / published, of "
+          "geometric means, with the 90% interval of the one-sample t on the per-seed log-ratios (paired TOST, margin "
+          f"[0.8, 1.25]); within: decisions within {PARTED:g} at every evaluation; stuck: runs with {STUCK} or more "
+          "evaluations at x = 0.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""fidelity_paired.py's row: the paired verdict, the runs that stay together, where they part, the stuck runs.
+
+Entries are written as the script caches them (our decisions and expected values, the published
+decisions and `stochastic_Y`), so the row's numbers are known in advance.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.fidelity.fidelity_paired import PROBLEM, row
+from wdrbo_dist.problems import make_problem
+
+OPTIMUM = make_problem(PROBLEM, "reference").optimal_value
+
+
+def entry(x_ours: np.ndarray, x_published: np.ndarray, regret_ours: float, regret_published: float) -> dict:
+    """A cached pair whose R_100 are the given ones (the regret spread evenly over 100 evaluations)."""
+    return {"ours": {"X": x_ours.reshape(-1, 1).tolist(), "expected": [OPTIMUM - regret_ours / 100] * 100},
+            "published": {"X": x_published.reshape(-1, 1).tolist(),
+                          "stochastic_Y": [OPTIMUM - regret_published / 100] * 100}}
+
+
+def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def test_pairs_that_agree_are_equivalent_and_counted_as_staying_together() -> None:
+    rng = np.random.default_rng(0)
+    entries = []
+    for k in range(20):
+        x = rng.uniform(0.1, 0.3, 100)
+        regret = float(np.exp(rng.normal(2.3, 0.5)))
+        entries.append(entry(x, x + 0.001, regret, regret * float(np.exp(rng.normal(0, 0.02)))))
+    row_cells = cells(row("erbo", entries))
+    assert row_cells[1] == "20"
+    assert row_cells[6] == "equivalent"
+    assert row_cells[8] == "20"  # every run within 0.01 throughout
+    assert row_cells[9] == "-"  # none parted
+    assert row_cells[10] == "0 / 0"
+
+
+def test_a_run_stuck_at_the_bound_on_one_side_only_is_counted_and_parts_where_it_sticks() -> None:
+    x = np.full(100, 0.2)
+    stuck = x.copy()
+    stuck[3:] = 0.0  # from the fourth evaluation on
+    entries = [entry(stuck, x, 47.0, 10.0), entry(x, x, 10.0, 10.0), entry(x, stuck, 10.0, 47.0)]
+    row_cells = cells(row("gp-ucb", entries))
+    assert row_cells[8] == "1"
+    assert row_cells[9] == "4"
+    assert row_cells[10] == "1 / 1"
+
+
+def test_a_doubled_regret_on_every_seed_is_different() -> None:
+    rng = np.random.default_rng(1)
+    entries = []
+    for k in range(15):
+        regret = float(np.exp(rng.normal(2.3, 0.5)))
+        entries.append(entry(np.full(100, 0.2), np.full(100, 0.5), 2 * regret * float(np.exp(rng.normal(0, 0.05))), regret))
+    row_cells = cells(row("erbo", entries))
+    assert row_cells[4].startswith("2.0")
+    assert row_cells[6] == "different"
+    assert row_cells[9] == "1"
