@@ -20,8 +20,8 @@ from wdrbo_dist.run.spec import RunSpec
 from wdrbo_dist.storage.store import ResultStore
 from wdrbo_dist.tracking.child_runs import STEP_METRICS, log_child_run
 from wdrbo_dist.tracking.connection import TrackingError, check_tracking_uri
-from wdrbo_dist.tracking import child_runs, sqlite_batch
-from wdrbo_dist.tracking.sqlite_batch import SqliteRows
+from wdrbo_dist.tracking import batch_rows, child_runs
+from wdrbo_dist.tracking.batch_rows import StoreRows
 from wdrbo_dist.tracking.study_tracker import LEDGER, StudyTracker
 
 STUDY = {"name": "unit", "problems": ["newsvendor"], "algorithms": [{"name": "erbo", "options": {"beta": 2.0}}],
@@ -151,7 +151,7 @@ def test_rows_a_worker_builds_make_the_same_child_run_as_the_driver_would(tracke
     # travel back pickled with the result, and the driver only inserts them.
     tracker, _, store, client = tracked
     hook = tracker.worker_hook()
-    assert isinstance(hook, SqliteRows)
+    assert isinstance(hook, StoreRows)
     hook = pickle.loads(pickle.dumps(hook))  # as a pool process or Ray worker gets it
     assert hook(failed(spec(seed=3))) is None  # a failed run: the driver logs it the usual way
     result = finished(spec(seed=3))
@@ -171,7 +171,7 @@ def test_a_store_whose_tables_differ_gets_no_rows_and_the_next_run_logs_them(tra
     # The batch writes MLflow's tables directly, so it checks their columns first: another
     # MLflow's schema fails the write (one warning) rather than writing rows it would misread.
     tracker, _, store, client = tracked
-    monkeypatch.setitem(sqlite_batch.COLUMNS, "tags", ("key", "value", "run_uuid", "added_later"))
+    monkeypatch.setitem(batch_rows.COLUMNS, "tags", ("key", "value", "run_uuid", "added_later"))
     result = finished(spec(seed=2))
     store.save(result)
     assert tracker.deliver(result, None, store.records_path(result.spec.run_key)) == []
@@ -302,7 +302,7 @@ def test_while_mlflow_is_away_the_backlog_holds_keys_and_logs_from_the_store(tra
 
     real_write = tracker.batch.write
     monkeypatch.setattr(tracker.batch, "write", write)
-    monkeypatch.setattr(sqlite_batch, "BATCH_RUNS", 1, raising=False)
+    monkeypatch.setattr(batch_rows, "BATCH_RUNS", 1, raising=False)
     monkeypatch.setattr("wdrbo_dist.tracking.study_tracker.BATCH_RUNS", 1)
     results = [finished(s) for s in study.runs]
     for result in results:

@@ -1,6 +1,6 @@
 """The driver's MLflow view of one study: experiment, parent run, child runs, kept in step with the store.
 
-With sqlite only the driver logs (after the run's parquet is durable); with an `mlflow server`
+With sqlite or PostgreSQL only the driver logs (after the run's parquet is durable); with an `mlflow server`
 each worker logs its own child run and the driver marks it FINISHED. On every start the driver
 logs what the store holds and MLflow lacks. The comment above `StudyTracker` gives the modes,
 the reconciliation, a silent server, and the runs' names, tags, params and metrics.
@@ -20,7 +20,7 @@ from wdrbo_dist.tracking.views import study_view, ui_address
 from wdrbo_dist.run.spec import RunResult
 from wdrbo_dist.tracking import connection
 from wdrbo_dist.tracking.child_runs import WorkerTracking, finish_child_run, log_child_run
-from wdrbo_dist.tracking.sqlite_batch import ChildRunRows, SqliteBatch, SqliteRows, child_runs_by_key
+from wdrbo_dist.tracking.batch_rows import ChildRunRows, StoreBatch, StoreRows, child_runs_by_key
 from wdrbo_dist.tracking.connection import (
     FINISHED, KILLED, RUNNING, apply_client_settings, find_parent_run, mlflow_client, save_view, search_all,
     server_answers, tracking_mode,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from wdrbo_dist.study.spec import StudySpec
 
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
-# A sqlite store gets finished runs in batches (`sqlite_batch`): this many, or every few seconds.
+# A database store gets finished runs in batches (`batch_rows`): this many, or every few seconds.
 BATCH_RUNS, BATCH_SECONDS = 500, 5.0
 LEDGER = "mlflow.json"  # in the output folder: the run keys MLflow holds a FINISHED child run of
 
@@ -39,11 +39,12 @@ LEDGER = "mlflow.json"  # in the output folder: the run keys MLflow holds a FINI
 # The store (parquet) is the canonical data; MLflow is a view of it that the driver keeps in
 # step. Two modes, chosen from the URI:
 #
-# - `driver` (sqlite:///...): only the driver talks to the database (sqlite does not like
-#   concurrent writers, and cluster nodes cannot see the file). It writes finished runs'
-#   child runs after their parquet is durable, in batches (`sqlite_batch`: 500 runs or 5 s, and
-#   at the end of the command), without the records artifact, from the rows each worker built
-#   (`SqliteRows`, the hook); a failed run the usual way.
+# - `driver` (sqlite:///... or postgresql+psycopg://...): only the driver talks to the database
+#   (sqlite does not like concurrent writers, cluster nodes cannot see the file, and workers
+#   need no database password). It writes finished runs' child runs after their parquet is
+#   durable, in batches (`batch_rows`: 500 runs or 5 s, and at the end of the command), without
+#   the records artifact, from the rows each worker built (`StoreRows`, the hook); a failed run
+#   the usual way. Several drivers may share one PostgreSQL database (one experiment each).
 # - `worker` (http(s)://, a real `mlflow server`): each worker logs its own child run right after
 #   `run_one` returns and leaves it RUNNING; the driver marks it FINISHED (or FAILED) once the
 #   parquet is durable. A worker killed while logging leaves a RUNNING orphan that the driver
@@ -89,7 +90,7 @@ class StudyTracker:
         self.client = mlflow_client(uri)
         self.experiment_id = ""
         self.parent_run_id = ""
-        self.batch: SqliteBatch | None = None  # driver mode: finished runs waiting to be written
+        self.batch: StoreBatch | None = None  # driver mode: finished runs waiting to be written
         self._written_at = time.monotonic()
         # The run keys MLflow holds a FINISHED child run of, as far as this driver knows (None:
         # not known; `reconcile` reads the child runs back).
@@ -122,7 +123,7 @@ class StudyTracker:
             self.client.log_batch(self.parent_run_id, params=[Param(k, str(v)[:6000]) for k, v in params.items()])
             self.client.log_text(self.parent_run_id, config_text, "study.yaml")
         if self.mode == "driver":
-            self.batch = SqliteBatch(self.client, self.experiment_id, self.parent_run_id)
+            self.batch = StoreBatch(self.client, self.experiment_id, self.parent_run_id)
 
     def _experiment(self) -> str:
         experiment_id = self._get_or_create_experiment()
@@ -150,6 +151,10 @@ class StudyTracker:
         if self.uri.startswith("sqlite:///"):
             # Artifacts beside the database, so `mlflow ui` run from anywhere finds them.
             location = (Path(self.uri[len("sqlite:///"):]).parent / "mlruns" / self.study_name).as_uri()
+        elif self.store is not None:
+            # A shared database has no folder of its own: the study's artifacts (study.yaml, a
+            # failed run's traceback, the report) go to its output folder, not the working one.
+            location = (Path(self.store.root).resolve() / "mlruns").as_uri()
         try:
             return self.client.create_experiment(self.study_name, artifact_location=location)
         except Exception:  # noqa: BLE001 - created meanwhile by another process
@@ -167,13 +172,14 @@ class StudyTracker:
 
     def answers_again(self, now: bool = False) -> bool:
         """Whether a server that stopped answering is back (asked at most every
-        `PROBE_INTERVAL_S`, or `now`); a sqlite store is a file and always answers."""
-        if self.mode != "worker":
+        `PROBE_INTERVAL_S`, or `now`); a sqlite store is a file and always answers, and a
+        PostgreSQL server is tried as often as a server is probed (the catch-up is the probe)."""
+        if self.uri.startswith("sqlite:///"):
             return True
         if not now and time.monotonic() - self._probed_at < connection.PROBE_INTERVAL_S:
             return False
         self._probed_at = time.monotonic()
-        return server_answers(self.uri)
+        return self.mode != "worker" or server_answers(self.uri)
 
     def deliver(self, result: RunResult, child_run_id: str | ChildRunRows | None, records_file: Path | None) -> list[str]:
         """Record a result the store holds, or keep it in the backlog while the server does not
@@ -223,7 +229,7 @@ class StudyTracker:
         self.unreachable = False
         return [f"mlflow answers again: logged the {logged} runs it missed"]
 
-    def worker_hook(self) -> WorkerTracking | SqliteRows | None:
+    def worker_hook(self) -> WorkerTracking | StoreRows | None:
         """The hook the driver hands the backend, called on each result where the run ran: in
         worker mode it logs the child run and returns its id; in driver mode it builds a
         finished run's rows for the batch."""
@@ -245,7 +251,7 @@ class StudyTracker:
 
     def record(self, result: RunResult, child_run_id: str | ChildRunRows | None, records_file: Path | None) -> str:
         """Log (driver mode) or close (worker mode) the child run of a result the store holds.
-        A finished run for a sqlite store joins the batch (with the rows its worker built, if
+        A finished run for a database store joins the batch (with the rows its worker built, if
         any; written every BATCH_RUNS runs or BATCH_SECONDS, and by `flush`); its child run id
         is then "" ."""
         if isinstance(child_run_id, ChildRunRows) or (child_run_id is None and self.batch is not None and result.ok):

@@ -1,12 +1,16 @@
-"""Child runs written to an embedded (sqlite) MLflow store many at a time, in one transaction.
+"""Child runs written to an embedded (sqlite) or PostgreSQL MLflow store many at a time, in one transaction.
 
 MLflow's client spends three ORM transactions on a child run (create, log, end): about 30 ms a
-run on sqlite, an hour of the driver's time at 10^5 runs. The driver of a `sqlite:///` store
-inserts finished runs' rows straight into MLflow's tables (the pinned version's schema, checked
-first) in batches, rows each worker built (`SqliteRows`, the study's hook), and reads the study's
-child runs with one query. A run appears as the client would log it (tags, params, per-step and
-final metrics, ended FINISHED), without the records artifact (the store holds the records);
-tests/tracking/test_study_tracker.py reads such runs back with MLflow's client.
+run on sqlite, an hour of the driver's time at 10^5 runs (and as many transactions on a
+PostgreSQL server). The driver of a `sqlite:///` or `postgresql+psycopg://` store inserts finished
+runs' rows straight into MLflow's tables (the pinned version's schema, checked first) in batches,
+rows each worker built (`StoreRows`, the study's hook), and reads the study's child runs with one
+query. One code path for both databases: SQLAlchemy's engine of MLflow's store, the dialect's
+placeholders, one transaction per batch (a failed batch leaves no row; `ON CONFLICT DO NOTHING`
+makes a batch sent again harmless). A run appears as the client would log it (tags, params,
+per-step and final metrics, ended FINISHED), without the records artifact (the store holds the
+records); tests/tracking/test_study_tracker.py and test_postgres_store.py read such runs back
+with MLflow's client.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-# The page cache of the connection that writes (sqlite's default, 2 MB, is a few thousand runs'
-# indexes; the rest would be read from disk on each batch).
+# The page cache of a sqlite connection that writes (sqlite's default, 2 MB, is a few thousand
+# runs' indexes; the rest would be read from disk on each batch).
 CACHE_KB = 256 * 1024
 
 
@@ -60,8 +64,8 @@ class ChildRunRows:
 
 
 @dataclass(frozen=True)
-class SqliteRows:
-    """The hook of a study with a sqlite store: a finished run's child-run rows, built where the
+class StoreRows:
+    """The hook of a study with a database store: a finished run's child-run rows, built where the
     run ran (None for a failed run: the driver logs it through MLflow's client). Plain values."""
 
     experiment_id: str
@@ -110,16 +114,16 @@ def _metric(key: str, value: float, step: int, timestamp: int, run_id: str) -> t
 
 
 def _engine(client: "MlflowClient") -> Any:
-    """The SQLAlchemy engine of the SqlAlchemyStore behind a sqlite URI."""
+    """The SQLAlchemy engine of the SqlAlchemyStore behind a sqlite or PostgreSQL URI."""
     return client._tracking_client.store.engine  # noqa: SLF001
 
 
-class SqliteBatch:
+class StoreBatch:
     """Finished runs' child-run rows waiting to be written under one study's parent run."""
 
     def __init__(self, client: "MlflowClient", experiment_id: str, parent_run_id: str) -> None:
         self.client = client
-        self.rows_of = SqliteRows(experiment_id, parent_run_id,
+        self.rows_of = StoreRows(experiment_id, parent_run_id,
                                   client.get_experiment(experiment_id).artifact_location.rstrip("/"),
                                   os.environ.get("USER", "unknown"))
         self.pending = ChildRunRows()
@@ -138,19 +142,24 @@ class SqliteBatch:
             if not self._checked:
                 _check_columns(connection)
                 self._checked = True
-            connection.exec_driver_sql(f"PRAGMA cache_size = -{CACHE_KB}")  # this connection's page cache
+            if connection.dialect.name == "sqlite":
+                connection.exec_driver_sql(f"PRAGMA cache_size = -{CACHE_KB}")  # this connection's page cache
+            mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"  # sqlite3's, psycopg's
             for table, columns in COLUMNS.items():
                 if pending.rows[table]:
                     connection.exec_driver_sql(
-                        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                        pending.rows[table])
+                        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})"
+                        " ON CONFLICT DO NOTHING", pending.rows[table])
         return pending.run_keys
 
 
 def _check_columns(connection: Any) -> None:
     """Fail unless each table has exactly the columns the rows fill (another MLflow schema)."""
+    from sqlalchemy import inspect
+
+    inspector = inspect(connection)
     for table, columns in COLUMNS.items():
-        found = {row[1] for row in connection.exec_driver_sql(f"PRAGMA table_info({table})")}
+        found = {column["name"] for column in inspector.get_columns(table)}
         if found != set(columns):
             raise RuntimeError(f"MLflow table {table} has columns {sorted(found)}, not {sorted(columns)}")
 
