@@ -66,6 +66,14 @@ def test_defaults_and_a_relative_sqlite_uri_resolve_against_the_working_folder(t
     assert study.seeds == [3, 1]
 
 
+@pytest.mark.parametrize(("given", "kept"), [
+    ("postgresql://db.lab:5432/mlflow", "postgresql+psycopg://db.lab:5432/mlflow"),
+    ("postgresql+psycopg://127.0.0.1/mlflow?sslmode=require", "postgresql+psycopg://127.0.0.1/mlflow?sslmode=require"),
+])
+def test_a_postgresql_uri_is_kept_with_the_driver_the_package_installs(given: str, kept: str) -> None:
+    assert parse_study_config(GOOD | {"tracking_uri": given}).tracking_uri == kept
+
+
 def test_the_run_key_is_stable_and_depends_on_every_identity_field() -> None:
     a = parse_study_config(GOOD).runs[0]
     assert a.run_key == parse_study_config(GOOD).runs[0].run_key
@@ -112,8 +120,10 @@ BAD = [
     ({"backend": "slurm"}, "backend: must be one of serial, local, ray; got 'slurm'"),
     ({"workers": 0}, "workers: must be an integer >= 1, got int 0"),
     ({"workers": True}, "workers: must be an integer >= 1, got bool True"),
-    ({"tracking_uri": "ftp://host/db"}, "tracking_uri: must be one of sqlite:///PATH, http://HOST:PORT, https://HOST:PORT or none; got 'ftp://host/db'"),
+    ({"tracking_uri": "ftp://host/db"}, "tracking_uri: must be one of sqlite:///PATH, postgresql://HOST:PORT/DB, http://HOST:PORT, https://HOST:PORT or none; got 'ftp://host/db'"),
     ({"tracking_uri": "sqlite:///"}, "tracking_uri: a sqlite URI must name a file"),
+    ({"tracking_uri": "postgresql://db.lab:5432"}, "tracking_uri: must be one of sqlite:///PATH, postgresql://HOST:PORT/DB"),
+    ({"tracking_uri": "postgresql://db.lab/mlflow?password=x"}, "tracking_uri: no password in the URI: set PGPASSWORD"),
     ({"output_dir": ""}, "output_dir: must be a folder path (a non-empty string), got str ''"),
     ({"run_timeout_s": 0}, "run_timeout_s: must be a number of seconds > 0 (or left out: no limit), got int 0"),
     ({"run_timeout_s": "1h"}, "run_timeout_s: must be a number of seconds > 0 (or left out: no limit), got str '1h'"),

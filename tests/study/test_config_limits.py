@@ -103,6 +103,7 @@ def test_a_long_value_is_cut_in_the_message(changes: dict) -> None:
     "http://s3cret@mlflow.example:5000",
     "ftp://admin:s3cret@mlflow.example",
     " http://admin:s3cret@mlflow.example:5000/ ",
+    "postgresql://lab:s3cret@db.lab:5432/mlflow",
 ])
 def test_credentials_in_the_tracking_uri_are_refused_and_never_echoed(uri: str) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -112,6 +113,8 @@ def test_credentials_in_the_tracking_uri_are_refused_and_never_echoed(uri: str) 
     assert text.startswith("tracking_uri: ")
     if uri.strip().startswith("http"):
         assert "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD" in text, text
+    if uri.startswith("postgresql"):
+        assert "PGUSER / PGPASSWORD (or ~/.pgpass)" in text, text
 
 
 def test_the_cli_never_writes_the_password_of_a_refused_uri(tmp_path: Path) -> None:

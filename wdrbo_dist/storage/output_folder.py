@@ -101,8 +101,10 @@ SQLITE_SIDE_FILES = ("", "-journal", "-wal", "-shm")
 
 def _tracking_files(study: "StudySpec") -> set[str]:
     """The names a sqlite tracking store inside the output folder adds there (its file, and the
-    artifacts folder MLflow keeps beside it)."""
+    artifacts folder MLflow keeps beside it); a PostgreSQL store's artifacts folder."""
     uri = str(study.tracking_uri)
+    if uri.startswith("postgresql"):
+        return {"mlruns"}
     if not uri.startswith("sqlite:///"):
         return set()
     database = Path(uri[len("sqlite:///"):])

@@ -306,7 +306,7 @@ def _run_timeout(value: Any) -> float | None:
 
 
 def _tracking_uri(value: Any) -> str:
-    allowed = "sqlite:///PATH, http://HOST:PORT, https://HOST:PORT or none"
+    allowed = "sqlite:///PATH, postgresql://HOST:PORT/DB, http://HOST:PORT, https://HOST:PORT or none"
     if value is None or value is False:
         return NO_TRACKING
     if not isinstance(value, str) or not value.strip():
@@ -317,8 +317,10 @@ def _tracking_uri(value: Any) -> str:
     authority = re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)", uri)
     if authority and "@" in authority.group(1):
         # study.json, MLflow's params and Ray's job settings keep the URI: no secret in it.
+        where = ("PGUSER / PGPASSWORD (or ~/.pgpass)" if uri.lower().startswith("postgresql")
+                 else "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD")
         raise ConfigError(f"tracking_uri: no user:password@ in the URI ({shown(redact(uri))}): set "
-                          "MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD in the environment instead")
+                          f"{where} in the environment instead")
     if uri.startswith("sqlite:///"):
         db_path = uri[len("sqlite:///"):]
         if not db_path or db_path.endswith("/"):
@@ -328,6 +330,13 @@ def _tracking_uri(value: Any) -> str:
         return "sqlite:///" + str(_resolve("tracking_uri", db_path))
     if re.match(r"^https?://[^/\s:@]+(:\d+)?(/\S*)?$", uri):
         return uri.rstrip("/")
+    postgres = re.match(r"^postgresql(?:\+psycopg)?://([^/?#\s]+/[^/?#\s]+(?:\?[^#\s]*)?)$", uri)
+    if postgres:
+        if re.search(r"(?i)password", uri.partition("?")[2]):
+            raise ConfigError("tracking_uri: no password in the URI: set PGPASSWORD (or ~/.pgpass) in the "
+                              "environment instead")
+        # psycopg (3) is the driver the package installs; SQLAlchemy's plain postgresql:// means psycopg2.
+        return "postgresql+psycopg://" + postgres.group(1)
     raise ConfigError(f"tracking_uri: must be one of {allowed}; got {shown(redact(uri))}")
 
 

@@ -30,8 +30,12 @@ class TrackingError(RuntimeError):
         super().__init__(redact(message))
 
 
+POSTGRES = ("postgresql://", "postgresql+psycopg://")
+
+
 def tracking_mode(uri: str) -> str:
-    """`worker` for a tracking server workers can reach, `driver` for a local sqlite file."""
+    """`worker` for a tracking server workers can reach, `driver` for a database the driver
+    writes (a sqlite file, a PostgreSQL server)."""
     return "worker" if uri.startswith(("http://", "https://")) else "driver"
 
 
@@ -46,6 +50,8 @@ MLFLOW_CLIENT_SETTINGS = {
     # And no "View run ... at ..." line per run on the terminal: a study prints the address of
     # its runs view once, at the end.
     "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+    # libpq waits for a PostgreSQL host that does not answer as long as TCP does (minutes).
+    "PGCONNECT_TIMEOUT": "10",
 }
 
 
@@ -74,10 +80,11 @@ def mlflow_client(uri: str) -> "MlflowClient":
 
 
 def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
-    """Fail fast, before any run, when the store cannot be reached; create a sqlite db.
+    """Fail fast, before any run, when the store cannot be reached; create a sqlite db (or
+    MLflow's tables in an empty PostgreSQL database).
 
-    Creating the sqlite database here, in the driver, runs MLflow's schema migrations once
-    instead of racing them from several processes.
+    Creating them here, in the driver, runs MLflow's schema migrations once instead of racing
+    them from several processes.
     """
     if uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///"):])
@@ -107,7 +114,38 @@ def check_tracking_uri(uri: str, timeout_s: float = 5.0) -> None:
                 f"tracking_uri {uri}: /health answered HTTP {response.status_code}, not an MLflow server?"
             )
         return
-    raise TrackingError(f"tracking_uri {uri}: unsupported; use sqlite:///PATH or http(s)://HOST:PORT")
+    if uri.startswith(POSTGRES):
+        _check_postgres(uri, timeout_s)
+        return
+    raise TrackingError(f"tracking_uri {uri}: unsupported; use sqlite:///PATH, postgresql://HOST:PORT/DB "
+                        "or http(s)://HOST:PORT")
+
+
+# Held while MLflow creates its tables in an empty database: two drivers starting at once on one
+# database would otherwise both run the migrations (any constant; the same in every driver).
+SCHEMA_LOCK = 0x77647262_6F5F6D6C
+
+
+def _check_postgres(uri: str, timeout_s: float) -> None:
+    """Connect (the password from PGPASSWORD or ~/.pgpass, as libpq reads them), then open MLflow's
+    store under an advisory lock, which creates its tables in an empty database once."""
+    import psycopg
+
+    apply_client_settings()
+    try:
+        with psycopg.connect("postgresql://" + uri.split("://", 1)[1], autocommit=True,
+                             connect_timeout=max(1, round(timeout_s))) as conn:
+            conn.execute("SELECT pg_advisory_lock(%s)", (SCHEMA_LOCK,))
+            try:
+                mlflow_client(uri).search_experiments(max_results=1)
+            except Exception as exc:  # noqa: BLE001 - any failure here means "unusable store"
+                raise TrackingError(f"tracking_uri {uri}: cannot open the MLflow store: {one_line(exc)}") from None
+            finally:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (SCHEMA_LOCK,))
+    except psycopg.Error as exc:
+        text = one_line(exc)
+        hint = "; the password comes from PGPASSWORD or ~/.pgpass" if "password" in text else ""
+        raise TrackingError(f"tracking_uri {uri}: cannot connect to PostgreSQL: {text}{hint}") from None
 
 
 def chunks(items: list, size: int) -> Iterator[list]:

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 from wdrbo_dist import __version__
 from wdrbo_dist.tracking.views import comparison_view, study_view, ui_address
 from wdrbo_dist.tracking.connection import (
-    BATCH, FAILED, FINISHED, apply_client_settings, chunks, find_parent_run, mlflow_client, save_view, search_all,
-    server_answers,
+    BATCH, FAILED, FINISHED, POSTGRES, TrackingError, apply_client_settings, check_tracking_uri, chunks,
+    find_parent_run, mlflow_client, save_view, search_all, server_answers,
 )
 
 AGGREGATE_ROLE = "aggregate"
@@ -60,6 +60,11 @@ def log_report(uri: str, study_name: str, dashboard: Path, cells: Iterable[Aggre
     apply_client_settings()
     if uri.startswith(("http://", "https://")) and not server_answers(uri, timeout_s=5.0):
         raise MlflowDown(f"no MLflow server answers at {uri}")
+    if uri.startswith(POSTGRES):
+        try:  # in seconds, not after the minutes MLflow's engine spends retrying a connection
+            check_tracking_uri(uri)
+        except TrackingError as exc:
+            raise MlflowDown(str(exc)) from None
     client = mlflow_client(uri)
     experiment = client.get_experiment_by_name(study_name)
     if experiment is None or experiment.lifecycle_stage != "active":
