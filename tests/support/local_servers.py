@@ -195,13 +195,16 @@ class MlflowServer:
             return False
 
 
-def start_mlflow_server(root: Path, port: int | None = None, admin_password: str | None = None) -> MlflowServer:
-    """`mlflow server` on 127.0.0.1 with a sqlite backend and proxied artifacts under `root`,
-    in a session of its own; started without waiting (see `MlflowServer.up`). With
-    `admin_password`, MLflow's basic-auth app guards it: user `admin`, that password."""
+def start_mlflow_server(root: Path, port: int | None = None, admin_password: str | None = None,
+                        backend_store_uri: str | None = None, workers: int = 1,
+                        env: dict[str, str] | None = None) -> MlflowServer:
+    """`mlflow server` on 127.0.0.1 with a sqlite backend (or `backend_store_uri`) and proxied
+    artifacts under `root`, in a session of its own; started without waiting (see
+    `MlflowServer.up`). With `admin_password`, MLflow's basic-auth app guards it: user `admin`,
+    that password. `env`: added to its environment (a database's PGUSER / PGPASSWORD)."""
     port = port or free_port()
     log = root / "server.log"
-    env, auth = _mlflow_server_env(), []
+    env, auth = {**_mlflow_server_env(), **(env or {})}, []
     if admin_password is not None:
         (root / "basic_auth.ini").write_text(
             f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{root}/basic_auth.db\n"
@@ -211,8 +214,8 @@ def start_mlflow_server(root: Path, port: int | None = None, admin_password: str
         env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = secrets.token_hex(16)  # its CSRF protection's key
         auth = ["--app-name", "basic-auth"]
     process = subprocess.Popen(
-        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1", *auth,
-         "--backend-store-uri", f"sqlite:///{root}/mlflow.db", "--artifacts-destination", str(root / "artifacts")],
+        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), *auth,
+         "--backend-store-uri", backend_store_uri or f"sqlite:///{root}/mlflow.db", "--artifacts-destination", str(root / "artifacts")],
         cwd=root, env=env, stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True,
     )
     return MlflowServer(f"http://127.0.0.1:{port}", process, log)
