@@ -20,10 +20,13 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from tests.support.local_servers import free_port, start_mlflow_server, stop, wait_for
+from tests.storage.test_store import finished, spec
 from tests.support.postgres import Postgres
 from wdrbo_dist.cli import main
+from wdrbo_dist.storage.store import ResultStore
+from wdrbo_dist.study.config import parse_study_config
 from wdrbo_dist.tracking.connection import check_tracking_uri
-from wdrbo_dist.tracking.study_tracker import LEDGER
+from wdrbo_dist.tracking.study_tracker import LEDGER, StudyTracker
 
 
 def study_data(folder: Path, name: str, uri: str, **changes) -> dict:
@@ -132,7 +135,7 @@ def test_two_drivers_two_studies_one_database_at_once(pg_env: Postgres, folder: 
     drivers = []
     for name in ("first", "second"):
         config = folder / f"{name}.yaml"
-        config.write_text(yaml.safe_dump(study_data(folder, name, uri, seeds=[1, 2, 3], workers=1)))
+        config.write_text(yaml.safe_dump(study_data(folder, name, uri, seeds=[1, 2, 3], backend="serial")))
         drivers.append(subprocess.Popen([sys.executable, "-m", "wdrbo_dist", "run", str(config), "--quiet"],
                                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = [driver.communicate(timeout=300) for driver in drivers]
@@ -193,3 +196,20 @@ def test_an_mlflow_server_on_the_database_serves_the_study(pg_env: Postgres, fol
         assert sorted(r.info.run_name for r in runs) == ["newsvendor|random|s1", "newsvendor|random|s2"]
     finally:
         stop(server.process, grace_s=10)
+
+
+def test_a_batch_sent_again_adds_no_row(pg_env: Postgres, folder: Path) -> None:
+    # One transaction per batch, and ON CONFLICT DO NOTHING: rows written twice are one child run.
+    uri = pg_env.create_database("again")
+    check_tracking_uri(uri)
+    study = parse_study_config(study_data(folder, "again", uri, backend="serial"))
+    tracker = StudyTracker(uri, "again", store=ResultStore(study.output_dir))
+    tracker.start(study, "name: again\n")
+    result = finished(spec(seed=1))
+    rows = tracker.worker_hook()(result)
+    for _ in range(2):
+        tracker.batch.add(result, rows)
+        assert tracker.batch.write() == [result.spec.run_key]
+    assert [status for _, status in tracker.child_runs()[result.spec.run_key]] == ["FINISHED"]
+    [run] = child_runs(MlflowClient(uri), "again")
+    assert len(MlflowClient(uri).get_metric_history(run.info.run_id, "regret")) == 7
