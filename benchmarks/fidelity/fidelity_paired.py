@@ -18,7 +18,9 @@ the fit's retries), which the two codes make from different streams. So:
 Printed per algorithm: R_100 mean ± SE of each code, the paired ratio with its 90 % interval and
 verdict, how many runs keep their decisions within 0.01 at every evaluation, the median first evaluation where the
 decisions part (further than 0.01), and the runs with 10 or more evaluations at x = 0 on each side.
-Cached in CACHE/paired (a new package version runs our side again). Seeds 300 and up by default
+Our runs are cached in CACHE/paired (a new package version runs them again); the published side
+is kept in the committed `data/paired_published_runs.jsonl`, keyed by the draws it was given
+(`--published` is needed only for pairs not there yet). Seeds 300 and up by default
 (fidelity.py uses 200-249).
 
     .venv/bin/python benchmarks/fidelity/fidelity_paired.py --published /scratch/published --algorithms erbo gp-ucb --seeds 20
@@ -27,11 +29,13 @@ Cached in CACHE/paired (a new package version runs our side again). Seeds 300 an
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -52,6 +56,37 @@ FIRST_SEED = 300
 BETA = 1.5
 PARTED = 0.01  # decisions further apart than this have parted (the optimisers stop within ~1e-3)
 STUCK = 10  # evaluations at x = 0 that make a run "stuck at the bound"
+# The published side of every pair, committed (a published run costs minutes): keyed by algorithm,
+# seed and the draws it was given, so a version of ours that draws differently runs it again.
+LEDGER = Path(__file__).resolve().parent / "data" / "paired_published_runs.jsonl"
+_ledger_lock = threading.Lock()
+
+
+def draws_key(algorithm: str, seed: int, mine: dict) -> str:
+    digest = hashlib.sha256(json.dumps([mine["design"], mine["demands"]]).encode()).hexdigest()[:16]
+    return f"{algorithm}_{PROBLEM}_{seed}_{digest}"
+
+
+def read_ledger() -> dict[str, dict]:
+    """The committed published answers by key; a line cut short by a crash is skipped."""
+    entries = {}
+    if LEDGER.is_file():
+        for line in LEDGER.read_text().splitlines():
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            entries[entry["key"]] = entry["published"]
+    return entries
+
+
+def record(key: str, answer: dict) -> None:
+    with _ledger_lock:
+        if key in read_ledger():
+            return
+        torn = LEDGER.is_file() and LEDGER.stat().st_size and not LEDGER.read_bytes().endswith(b"\n")
+        with LEDGER.open("a") as handle:
+            handle.write(("\n" if torn else "") + json.dumps({"key": key, "published": answer}) + "\n")
 
 
 def ours(algorithm: str, seed: int) -> dict:
@@ -67,8 +102,10 @@ def ours(algorithm: str, seed: int) -> dict:
             "design": x[records["is_initial"].to_numpy()].tolist(), "demands": records["c_0"].tolist()}
 
 
-def published(code: PublishedCode, algorithm: str, seed: int, mine: dict) -> dict:
+def published(code: PublishedCode | None, algorithm: str, seed: int, mine: dict) -> dict:
     """The published optimiser on our run's design and demands (fidelity_paired_probe.py)."""
+    if code is None:
+        raise SystemExit(f"--published is needed: the pair {algorithm} seed {seed} is not in {LEDGER.name}")
     request = {"optimizer": PUBLISHED_NAMES[algorithm], "seed": seed, "evaluations": EVALUATIONS, "beta": BETA,
                "design": mine["design"], "demands": mine["demands"]}
     probe = Path(__file__).resolve().parent / "fidelity_paired_probe.py"
@@ -82,16 +119,21 @@ def published(code: PublishedCode, algorithm: str, seed: int, mine: dict) -> dic
         return json.loads(answer_path.read_text())
 
 
-def pair(code: PublishedCode, cache: Path, algorithm: str, seed: int, mine: dict) -> dict:
-    """Both runs of one seed, from the cache where they are there."""
-    path = cache / f"{algorithm}_{seed}.json"
-    if path.is_file():
-        entry = json.loads(path.read_text())
-        if entry["ours"]["run_key"] == mine["run_key"]:
-            return entry
-    entry = {"ours": mine, "published": published(code, algorithm, seed, mine)}
-    path.write_text(json.dumps(entry))
-    print(f"  {algorithm} seed {seed}: done", flush=True)
+def pair(code: PublishedCode | None, cache: Path, algorithm: str, seed: int, mine: dict) -> dict:
+    """Both runs of one seed: the published side from the ledger where it is there, else run here."""
+    key = draws_key(algorithm, seed, mine)
+    answer = read_ledger().get(key)
+    if answer is None:
+        path = cache / f"{algorithm}_{seed}.json"
+        cached = json.loads(path.read_text()) if path.is_file() else None
+        if cached is not None and draws_key(algorithm, seed, cached["ours"]) == key:
+            answer = cached["published"]
+        else:
+            answer = published(code, algorithm, seed, mine)
+            print(f"  {algorithm} seed {seed}: done", flush=True)
+        record(key, answer)
+    entry = {"ours": mine, "published": answer}
+    (cache / f"{algorithm}_{seed}.json").write_text(json.dumps(entry))
     return entry
 
 
@@ -128,7 +170,8 @@ def row(algorithm: str, entries: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    harness.add_published_arguments(parser, required=True)
+    harness.add_published_arguments(parser, help="the published code's checkout (unmodified, commit 75f891a); "
+                                                  "needed only for pairs the ledger does not hold")
     parser.add_argument("--algorithms", nargs="+", default=["erbo", "gp-ucb"],
                         choices=["wdrbo", "erbo", "gp-ucb", "sbo-kde", "drbo-kde", "stableopt"])
     harness.add_seeds(parser, 20, help=f"seeds {FIRST_SEED}, {FIRST_SEED + 1}, ...")
@@ -136,7 +179,7 @@ def main() -> None:
     harness.add_workers(parser, help="seeds in parallel")
     args = parser.parse_args()
     try:
-        code = PublishedCode.at(args.published, args.published_python)
+        code = PublishedCode.at(args.published, args.published_python) if args.published else None
     except ValueError as error:
         parser.error(str(error))  # one line, exit 2, before any work
     cache = Path(args.cache) / "paired"

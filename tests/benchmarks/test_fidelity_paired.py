@@ -7,6 +7,7 @@ decisions and `stochastic_Y`), so the row's numbers are known in advance.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from benchmarks.fidelity.fidelity_paired import PROBLEM, row
 from wdrbo_dist.problems import make_problem
@@ -61,3 +62,20 @@ def test_a_doubled_regret_on_every_seed_is_different() -> None:
     assert row_cells[4].startswith("2.0")
     assert row_cells[6] == "different"
     assert row_cells[9] == "1"
+
+
+def test_a_pair_whose_published_side_is_in_the_ledger_needs_no_published_code(tmp_path, monkeypatch) -> None:
+    import benchmarks.fidelity.fidelity_paired as paired
+
+    monkeypatch.setattr(paired, "LEDGER", tmp_path / "ledger.jsonl")
+    mine = {"run_key": "k", "X": [[0.2]] * 100, "expected": [OPTIMUM] * 100, "design": [[0.3], [0.7]],
+            "demands": [0.1] * 100}
+    answer = {"X": [[0.2]] * 100, "stochastic_Y": [OPTIMUM] * 100}
+    paired.record(paired.draws_key("erbo", 300, mine), answer)
+    paired.record(paired.draws_key("erbo", 300, mine), answer)  # once only
+    assert len((tmp_path / "ledger.jsonl").read_text().splitlines()) == 1
+    entry = paired.pair(None, tmp_path, "erbo", 300, mine)
+    assert entry["published"] == answer
+    other_draws = {**mine, "demands": [0.2] * 100}  # other draws: the ledger's answer does not apply
+    with pytest.raises(SystemExit, match="--published is needed"):
+        paired.pair(None, tmp_path / "none", "erbo", 300, other_draws)
