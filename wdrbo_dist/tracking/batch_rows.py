@@ -1,16 +1,11 @@
 """Child runs written to an embedded (sqlite) or PostgreSQL MLflow store many at a time, in one transaction.
 
 MLflow's client spends three ORM transactions on a child run (create, log, end): about 30 ms a
-run on sqlite, an hour of the driver's time at 10^5 runs (and as many transactions on a
-PostgreSQL server). The driver of a `sqlite:///` or `postgresql+psycopg://` store inserts finished
-runs' rows straight into MLflow's tables (the pinned version's schema, checked first) in batches,
-rows each worker built (`StoreRows`, the study's hook), and reads the study's child runs with one
-query. One code path for both databases: SQLAlchemy's engine of MLflow's store, the dialect's
-placeholders, one transaction per batch (a failed batch leaves no row; `ON CONFLICT DO NOTHING`
-makes a batch sent again harmless). A run appears as the client would log it (tags, params,
-per-step and final metrics, ended FINISHED), without the records artifact (the store holds the
-records); tests/tracking/test_study_tracker.py and test_postgres_store.py read such runs back
-with MLflow's client.
+run on sqlite, an hour of the driver's time at 10^5 runs. The driver inserts finished runs' rows
+(built by the workers: `StoreRows`) straight into MLflow's tables (the pinned schema, checked
+first), through MLflow's SQLAlchemy engine with the dialect's placeholders, one transaction per
+batch (`ON CONFLICT DO NOTHING`: a batch sent again is harmless). A run appears as the client would
+log it, without the records artifact; tests/tracking read such runs back with MLflow's client.
 """
 
 from __future__ import annotations
