@@ -151,7 +151,7 @@ class StudyTracker:
         if self.uri.startswith("sqlite:///"):
             # Artifacts beside the database, so `mlflow ui` run from anywhere finds them.
             location = (Path(self.uri[len("sqlite:///"):]).parent / "mlruns" / self.study_name).as_uri()
-        elif self.store is not None:
+        elif self.uri.startswith("postgresql") and self.store is not None:
             # A shared database has no folder of its own: the study's artifacts (study.yaml, a
             # failed run's traceback, the report) go to its output folder, not the working one.
             location = (Path(self.store.root).resolve() / "mlruns").as_uri()
