@@ -35,7 +35,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -46,7 +45,9 @@ from benchmarks import harness  # first: one thread, before NumPy or torch is im
 import numpy as np
 
 from benchmarks.fidelity.fidelity import EVALUATIONS, INIT_SIZE, decide, decision_cells, ratio_text, summary
-from benchmarks.fidelity.published import ALGORITHMS as PUBLISHED_NAMES, THREAD_ENV, PublishedCode
+from benchmarks.fidelity.published import (
+    ALGORITHMS as PUBLISHED_NAMES, THREAD_ENV, PublishedCode, append_to_ledger, read_ledger,
+)
 from wdrbo_dist.problems import make_problem
 from wdrbo_dist.run.loop import run_one
 from wdrbo_dist.run.spec import RunSpec
@@ -59,7 +60,6 @@ STUCK = 10  # evaluations at x = 0 that make a run "stuck at the bound"
 # The published side of every pair, committed (a published run costs minutes): keyed by algorithm,
 # seed and the draws it was given, so a version of ours that draws differently runs it again.
 LEDGER = Path(__file__).resolve().parent / "data" / "paired_published_runs.jsonl"
-_ledger_lock = threading.Lock()
 
 
 def draws_key(algorithm: str, seed: int, mine: dict) -> str:
@@ -67,26 +67,13 @@ def draws_key(algorithm: str, seed: int, mine: dict) -> str:
     return f"{algorithm}_{PROBLEM}_{seed}_{digest}"
 
 
-def read_ledger() -> dict[str, dict]:
-    """The committed published answers by key; a line cut short by a crash is skipped."""
-    entries = {}
-    if LEDGER.is_file():
-        for line in LEDGER.read_text().splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            entries[entry["key"]] = entry["published"]
-    return entries
+def read_paired_ledger() -> dict[str, dict]:
+    """The committed published answers by key (published.py's reader: a torn last line is skipped)."""
+    return {key: entry["published"] for key, entry in read_ledger(LEDGER).items()}
 
 
 def record(key: str, answer: dict) -> None:
-    with _ledger_lock:
-        if key in read_ledger():
-            return
-        torn = LEDGER.is_file() and LEDGER.stat().st_size and not LEDGER.read_bytes().endswith(b"\n")
-        with LEDGER.open("a") as handle:
-            handle.write(("\n" if torn else "") + json.dumps({"key": key, "published": answer}) + "\n")
+    append_to_ledger({"key": key, "published": answer}, LEDGER)
 
 
 def ours(algorithm: str, seed: int) -> dict:
@@ -122,7 +109,7 @@ def published(code: PublishedCode | None, algorithm: str, seed: int, mine: dict)
 def pair(code: PublishedCode | None, cache: Path, algorithm: str, seed: int, mine: dict) -> dict:
     """Both runs of one seed: the published side from the ledger where it is there, else run here."""
     key = draws_key(algorithm, seed, mine)
-    answer = read_ledger().get(key)
+    answer = read_paired_ledger().get(key)
     if answer is None:
         path = cache / f"{algorithm}_{seed}.json"
         cached = json.loads(path.read_text()) if path.is_file() else None

@@ -168,8 +168,13 @@ def record_in_ledger(run: PublishedRun, cache: Path, ledger: Path = LEDGER) -> b
     for kind in LEDGER_KINDS:
         value = data[kind]
         entry[kind] = float(value) if kind == "time" else np.asarray(value, dtype=np.float64).tolist()
+    return append_to_ledger(entry, ledger)
+
+
+def append_to_ledger(entry: dict, ledger: Path) -> bool:
+    """Append `entry` (it has a "key") to a JSON-lines ledger, once; False if its key was there."""
     with _ledger_lock:
-        if run.key() in read_ledger(ledger):
+        if entry["key"] in read_ledger(ledger):
             return False
         ledger.parent.mkdir(parents=True, exist_ok=True)
         torn = ledger.is_file() and ledger.stat().st_size and not ledger.read_bytes().endswith(b"\n")
