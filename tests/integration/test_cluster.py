@@ -147,3 +147,34 @@ def test_a_killed_worker_is_retried_and_every_run_finishes_once(ray_cluster, mlf
     [spec] = [s for s in study.runs if s.label in label]
     meta = store.read_meta(spec.run_key)
     assert meta["status"] == "FINISHED" and meta["pid"] != pid
+
+
+def test_sigterm_to_a_driver_on_a_cluster_ends_its_runs_there_and_leaves_the_cluster_up(ray_cluster, tmp_path):
+    """`kill PID` to a driver joined to a cluster mid-run: exit 143, the finished runs stored, and
+    within seconds no worker of the cluster still runs one of its runs (Ray ends a finished
+    job's tasks: the driver does not cancel them, which can crash it in a check of Ray's when a
+    task completes as it is cancelled). The cluster stays up for the next driver."""
+    config = write_study(tmp_path / "study.yaml", "ended", "none", tmp_path / "out", evaluations=150,
+                         seeds=list(range(6)), algorithms=["gp-ucb"])
+    driver = subprocess.Popen(
+        [CLI, "run", str(config), "--address", ray_cluster.gcs_address, "--quiet"],
+        env=ray_cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(_task_processes(ray_cluster)) < 2 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert driver.poll() is None and _task_processes(ray_cluster), "no run was seen running"
+        driver.send_signal(signal.SIGTERM)
+        output, _ = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert driver.returncode == 143, output[-3000:]
+    assert "interrupted:" in output
+    deadline = time.monotonic() + 15
+    while _task_processes(ray_cluster) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _task_processes(ray_cluster), "the driver's runs went on without it"
+    assert all(process.poll() is None for process in ray_cluster.processes), "the cluster went down"

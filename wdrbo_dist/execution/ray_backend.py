@@ -339,9 +339,11 @@ def map_ray(
         else:
             if starts is not None:
                 starts.forget()
-            # A Ray of our own goes down with its workers. Cancelling a task as it completes can
-            # end the driver in a check of Ray's ("Tried to complete task that was not pending").
-            for ref in pending if not (_owned and _local) else ():
+            # A Ray this process started or joined ends its job's tasks when the driver leaves it
+            # (Ray kills the workers of a finished job); cancelling a task as it completes can
+            # end the driver in a check of Ray's ("Tried to complete task that was not pending"),
+            # so only tasks of a Ray someone else connected (it stays) are cancelled.
+            for ref in pending if not _owned else ():
                 try:
                     ray.cancel(ref, force=True)
                 except Exception:  # noqa: BLE001 - cancelling is best effort on the way out
