@@ -7,19 +7,29 @@ fresh process per row (its peak memory is the driver's); the local backend with 
 
     .venv/bin/python benchmarks/runner/scaling.py                                   # 10^3 and 10^4, all trackings
     .venv/bin/python benchmarks/runner/scaling.py --runs 100000 --tracking none     # the 10^5 row (about 30 min)
+    .venv/bin/python benchmarks/runner/scaling.py --runs 10000 100000 --tracking sqlite postgres   # the databases
+
+Trackings: none; sqlite (the embedded store); server (`mlflow server` on sqlite, every worker's
+runs sent to it); postgres (a PostgreSQL server started here for the row, fsync on, the study's
+store: the driver writes to it in batches).
 
 Columns: runner's cost per run = (study wall - runs x sleep / workers) / runs (the two pool
 processes share the two cores with the driver); driver CPU per run = the driver process's CPU
 time over the study / runs; resume = the same command again with every run finished; status =
 `wdrbo-dist status`; report = the `wdrbo-dist report` command (loading, statistics, figures,
 dashboard, and its MLflow artifacts when tracked); driver MB = the driver's peak memory (study,
-resume, status), report MB = the report command's; store = the output folder's size and files. Targets (issue 48, 10^5 runs): cost <= 5 ms per run with MLflow,
-report <= 60 s, resume and status <= 30 s, driver memory <= 2 GB.
+resume, status), report MB = the report command's; store = the output folder's size and files
+(with the database's size for sqlite and postgres); ui = `runs_view.py` for a database: the
+first page of the runs view's runs/search sent again (ui s), by the browser (ui browser s), and
+the page until a run's name shows (ui page s). Targets at 10^5 runs: cost <= 5 ms per run with
+MLflow (postgres: within 1.5x sqlite), report <= 60 s, resume and status <= 30 s, driver memory
+<= 2 GB, the runs view's first page <= 5 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import io
 import json
@@ -80,16 +90,27 @@ def folder_size(folder: Path) -> tuple[int, int]:
     return sum(p.stat().st_size for p in files), len(files)
 
 
-def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path) -> dict[str, float | str]:
-    """One row, in this process: the study, then resume, status and report."""
+def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path,
+            ui_view: bool = True) -> dict[str, float | str | None]:
+    """One row, in this process: the study, then resume, status and report; for a database
+    (sqlite, postgres), the MLflow UI's runs view on it (`runs_view.py`)."""
     from wdrbo_dist.analysis.load import load_study
     from wdrbo_dist.study.config import load_study_config
     from wdrbo_dist.driver.plan import study_status
     from wdrbo_dist.driver.study import run_study
 
-    server = None
+    server, database, env = None, None, {}
+    stack = contextlib.ExitStack()
     if tracking == "sqlite":
         uri = f"sqlite:///{scratch}/mlflow.db"
+    elif tracking == "postgres":
+        from tests.support.postgres import started_postgres
+
+        scratch.chmod(0o711)  # the server's user (not root) reaches its data folder through it
+        database = stack.enter_context(started_postgres(durable=True, parent=str(scratch)))
+        uri = database.create_database("scaling")
+        env = database.env
+        os.environ.update(env)  # the driver's and the report's (libpq reads PGUSER, PGPASSWORD)
     elif tracking == "server":
         from tests.support.local_servers import start_mlflow_server, wait_for
 
@@ -134,23 +155,44 @@ def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path
         if tracking == "sqlite":
             extra = folder_size(scratch / "mlruns") if (scratch / "mlruns").exists() else (0, 0)
             size, files = size + (scratch / "mlflow.db").stat().st_size + extra[0], files + 1 + extra[1]
+        elif database is not None:
+            size += _database_bytes(database, "scaling")
+        ui = None
+        if ui_view and tracking in ("sqlite", "postgres"):
+            from benchmarks.runner.runs_view import runs_view_timing
+
+            ui = runs_view_timing(uri, study.name, scratch, env=env)
     finally:
         if server is not None:
             from tests.support.local_servers import stop
 
             stop(server.process)
+        stack.close()
     n = len(study.runs)
     return {
         "runs": n, "tracking": tracking, "wall_s": wall, "cost_ms": (wall - n * run_ms / 1000 / workers) / n * 1000,
         "cpu_ms": cpu / n * 1000, "resume_s": resume, "status_s": status_s, "report_s": report_s,
         "memory_mb": memory_mb, "report_mb": report_mb, "store_mb": size / 2**20, "files": files,
+        "ui_s": ui.replay_s if ui else None, "ui_browser_s": ui.browser_call_s if ui else None,
+        "ui_page_s": ui.page_s if ui else None, "ui_rows": ui.rows if ui else None, "ui_body": ui.body if ui else None,
     }
+
+
+def _database_bytes(database, name: str) -> int:
+    """The PostgreSQL database's size on disk (its tables, indexes and their free space)."""
+    import psycopg
+
+    with psycopg.connect(host=database.host, port=database.port, user=database.user, password=database.password,
+                         dbname=name) as conn:
+        return int(conn.execute("SELECT pg_database_size(%s)", (name,)).fetchone()[0])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=harness.count, nargs="+", default=[1000, 10000])
-    parser.add_argument("--tracking", nargs="+", choices=["none", "sqlite", "server"], default=["none", "sqlite", "server"])
+    parser.add_argument("--tracking", nargs="+", choices=["none", "sqlite", "server", "postgres"],
+                        default=["none", "sqlite", "server", "postgres"])
+    parser.add_argument("--no-ui", action="store_true", help="skip the MLflow UI's runs view (the ui columns)")
     parser.add_argument("--run-ms", type=float, default=0.0, help="how long the stand-in run sleeps")
     harness.add_workers(parser)
     parser.add_argument("--scratch", default=None,
@@ -160,7 +202,7 @@ def main() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if args.one:
         with tempfile.TemporaryDirectory(prefix="scaling-", dir=args.scratch) as scratch:
-            row = measure(int(args.one[0]), args.one[1], args.run_ms, args.workers, Path(scratch))
+            row = measure(int(args.one[0]), args.one[1], args.run_ms, args.workers, Path(scratch), not args.no_ui)
         print("ROW " + json.dumps(row), flush=True)
         return
     if args.scratch and not os.access(args.scratch, os.W_OK | os.X_OK):
@@ -169,12 +211,13 @@ def main() -> None:
           f"load before: {os.getloadavg()[0]:.2f}; scratch {args.scratch or tempfile.gettempdir()}; {time.strftime('%Y-%m-%d')}", flush=True)
     header = (f"{'runs':>7} {'tracking':<8} {'study s':>8} {'cost ms/run':>11} {'driver CPU ms/run':>17} "
               f"{'resume s':>8} {'status s':>8} {'report s':>8} {'driver MB':>9} {'report MB':>9} {'store MB':>8} "
-              f"{'files':>7}")
+              f"{'files':>7} {'ui s':>6} {'ui browser s':>12} {'ui page s':>9}")
     print(header, flush=True)
+    bodies: list[str] = []
     for runs in args.runs:
         for tracking in args.tracking:
             done = subprocess.run([sys.executable, __file__, "--one", str(runs), tracking, "--run-ms", str(args.run_ms),
-                                   "--workers", str(args.workers),
+                                   "--workers", str(args.workers), *(["--no-ui"] if args.no_ui else []),
                                    *(["--scratch", args.scratch] if args.scratch else [])], capture_output=True, text=True)
             lines = [line for line in done.stdout.splitlines() if line.startswith("ROW ")]
             if done.returncode != 0 or not lines:
@@ -183,7 +226,15 @@ def main() -> None:
             r = json.loads(lines[-1][4:])
             print(f"{r['runs']:>7,} {tracking:<8} {r['wall_s']:>8.1f} {r['cost_ms']:>11.1f} {r['cpu_ms']:>17.1f} "
                   f"{r['resume_s']:>8.1f} {r['status_s']:>8.1f} {r['report_s']:>8.1f} {r['memory_mb']:>9.0f} "
-                  f"{r['report_mb']:>9.0f} {r['store_mb']:>8.1f} {r['files']:>7,}", flush=True)
+                  f"{r['report_mb']:>9.0f} {r['store_mb']:>8.1f} {r['files']:>7,} {_seconds(r['ui_s']):>6} "
+                  f"{_seconds(r['ui_browser_s']):>12} {_seconds(r['ui_page_s']):>9}", flush=True)
+            if r["ui_body"] and r["ui_body"] not in bodies:
+                bodies.append(r["ui_body"])
+                print(f"{'':>17}the runs view's first page: POST runs/search {r['ui_body']} ({r['ui_rows']} runs)", flush=True)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 if __name__ == "__main__":

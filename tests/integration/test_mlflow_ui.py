@@ -9,6 +9,7 @@ chart view. Chromium is Debian's package, installed when missing (the test fails
 from __future__ import annotations
 
 import contextlib
+import json
 import io
 import re
 
@@ -85,3 +86,16 @@ def test_a_comparison_view_overlays_the_algorithms_of_one_problem(tracked_study)
     text = page.evaluations["text"]
     assert "agg|three-hump-camel" not in text and "|s1" not in text  # one problem's aggregates only
     assert "elapsed_s_mean" not in text  # the charts filtered to the mean cumulative regret
+
+
+def test_the_runs_view_asks_for_its_first_page_in_one_timed_runs_search(tracked_study) -> None:
+    """What benchmarks/runner/runs_view.py times: the page's POST to runs/search, its body the
+    view's filter, timed by the browser (a figure of docs/performance.md rests on this)."""
+    addresses, root = tracked_study
+    page = load_page(ensure_chromium(), addresses["runs"], root / "chrome-calls", {}, "/\\|s\\d+\\b/.test(" + BODY + ")",
+                     timeout=90)
+    searches = [c for c in page.calls if c.url.endswith("/ajax-api/2.0/mlflow/runs/search") and c.method == "POST"]
+    assert searches, [c.url for c in page.calls]
+    body = json.loads(searches[0].body)
+    assert body["filter"] == "tags.role != 'aggregate'" and body["max_results"] >= 8
+    assert searches[0].seconds is not None and 0 < searches[0].seconds < 60

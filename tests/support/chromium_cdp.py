@@ -67,6 +67,16 @@ FLAGS = (
 )
 
 
+@dataclass(frozen=True)
+class Call:
+    """A request the page made: its body (POST), and its time from sending to the last byte."""
+
+    url: str
+    method: str
+    body: str | None
+    seconds: float | None  # None: not finished while the page loaded
+
+
 @dataclass
 class PageReport:
     """What the browser saw while loading a page."""
@@ -75,6 +85,7 @@ class PageReport:
     exceptions: list[str] = field(default_factory=list)
     log_errors: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
     evaluations: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -220,6 +231,22 @@ def load_page(binary: str, url: str, user_data_dir: Path, expressions: dict[str,
                 report.log_errors.append(str(params["entry"].get("text")))
             elif method == "Network.requestWillBeSent":
                 report.requests.append(str(params.get("request", {}).get("url")))
+        report.calls = _calls(pipe.events)
     finally:
         pipe.close()
     return report
+
+
+def _calls(events: list[dict]) -> list[Call]:
+    """The page's requests in the order sent, timed by the browser's own clock (CDP timestamps)."""
+    sent: dict[str, dict] = {}
+    finished: dict[str, float] = {}
+    for event in events:
+        params = event.get("params", {})
+        if event.get("method") == "Network.requestWillBeSent":
+            sent.setdefault(params["requestId"], params)
+        elif event.get("method") == "Network.loadingFinished":
+            finished[params["requestId"]] = params["timestamp"]
+    return [Call(url=p["request"]["url"], method=p["request"]["method"], body=p["request"].get("postData"),
+                 seconds=finished[rid] - p["timestamp"] if rid in finished else None)
+            for rid, p in sent.items()]

@@ -87,10 +87,12 @@ def _own(path: Path) -> None:
 
 
 @contextmanager
-def started_postgres(timeout_s: float = 60.0) -> Iterator[Postgres]:
-    """initdb a cluster in a temporary folder, start it, yield it; stop it (`pg_ctl stop -m
-    fast`, then SIGKILL if it is still there) and remove the folder, whatever happened."""
-    root = Path(tempfile.mkdtemp(prefix="wdrpg", dir="/tmp"))
+def started_postgres(timeout_s: float = 60.0, durable: bool = False, parent: str | None = None) -> Iterator[Postgres]:
+    """initdb a cluster in a temporary folder (under `parent`, default /tmp), start it, yield it;
+    stop it (`pg_ctl stop -m fast`, then SIGKILL if it is still there) and remove the folder,
+    whatever happened. The tests' server does not flush to disk; `durable` keeps PostgreSQL's
+    defaults (fsync, synchronous commit), as a lab's server runs, for the benchmarks."""
+    root = Path(tempfile.mkdtemp(prefix="wdrpg", dir=parent or "/tmp"))
     process: subprocess.Popen | None = None
     data = root / "data"
     log = root / "postgres.log"
@@ -109,8 +111,9 @@ def started_postgres(timeout_s: float = 60.0) -> Iterator[Postgres]:
         (data / "pg_hba.conf").write_text("host all all 127.0.0.1/32 scram-sha-256\n")
         port = free_port()
         settings = {"listen_addresses": "127.0.0.1", "port": str(port), "unix_socket_directories": "",
-                    "max_connections": "200", "fsync": "off", "synchronous_commit": "off",
-                    "full_page_writes": "off"}
+                    "max_connections": "200"}
+        if not durable:
+            settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
         with log.open("ab") as out:
             process = subprocess.Popen(
                 [str(bin_dir / "postgres"), "-D", str(data), *[a for k, v in settings.items() for a in ("-c", f"{k}={v}")]],
