@@ -3,8 +3,8 @@
 MLflow's client spends three ORM transactions on a child run (create, log, end): about 30 ms a
 run on sqlite, an hour of the driver's time at 10^5 runs. The driver inserts finished runs' rows
 (built by the workers: `StoreRows`) straight into MLflow's tables (the pinned schema, checked
-first), through MLflow's SQLAlchemy engine with the dialect's placeholders, one transaction per
-batch (`ON CONFLICT DO NOTHING`: a batch sent again is harmless). A run appears as the client would
+first), through MLflow's SQLAlchemy engine, one transaction per batch: sqlite by INSERT, PostgreSQL
+by COPY; a batch sent again is harmless (`ON CONFLICT DO NOTHING`). A run appears as the client would
 log it, without the records artifact; tests/tracking read such runs back with MLflow's client.
 """
 
@@ -139,13 +139,48 @@ class StoreBatch:
                 self._checked = True
             if connection.dialect.name == "sqlite":
                 connection.exec_driver_sql(f"PRAGMA cache_size = -{CACHE_KB}")  # this connection's page cache
-            mark = "?" if connection.dialect.paramstyle == "qmark" else "%s"  # sqlite3's, psycopg's
-            for table, columns in COLUMNS.items():
-                if pending.rows[table]:
-                    connection.exec_driver_sql(
-                        f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join([mark] * len(columns))})"
-                        " ON CONFLICT DO NOTHING", pending.rows[table])
+                _insert_many(connection, pending)
+            else:
+                _copy_in(connection, pending)
         return pending.run_keys
+
+
+def _insert_many(connection: Any, pending: ChildRunRows) -> None:
+    """sqlite: one prepared INSERT per table, executed for each row (in process, no round trip)."""
+    for table, columns in COLUMNS.items():
+        if pending.rows[table]:
+            connection.exec_driver_sql(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(['?'] * len(columns))})"
+                " ON CONFLICT DO NOTHING", pending.rows[table])
+
+
+def _copy_in(connection: Any, pending: ChildRunRows) -> None:
+    """PostgreSQL: each table's rows streamed by COPY, a statement per table, not per row (an
+    INSERT a row cost the server and the driver 6.2 ms of CPU a run, COPY 1.8:
+    benchmarks/runner/store_writes.py, docs/performance.md).
+    COPY has no ON CONFLICT: a batch holding a row the database has (sent again) is rolled back
+    to its savepoint and sent through temporary tables and INSERT ... ON CONFLICT DO NOTHING."""
+    from psycopg.errors import UniqueViolation
+
+    cursor = connection.connection.driver_connection.cursor()  # psycopg's, in SQLAlchemy's transaction
+    try:
+        with connection.begin_nested():
+            for table, columns in COLUMNS.items():
+                _copy_rows(cursor, table, columns, pending.rows[table])
+    except UniqueViolation:
+        for table, columns in COLUMNS.items():
+            if pending.rows[table]:
+                names, stage = ", ".join(columns), f"wdrbo_stage_{table}"
+                cursor.execute(f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} (LIKE {table}) ON COMMIT DELETE ROWS")
+                _copy_rows(cursor, stage, columns, pending.rows[table])
+                cursor.execute(f"INSERT INTO {table} ({names}) SELECT {names} FROM {stage} ON CONFLICT DO NOTHING")
+
+
+def _copy_rows(cursor: Any, table: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    if rows:
+        with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
 
 
 def _check_columns(connection: Any) -> None:
