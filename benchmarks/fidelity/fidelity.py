@@ -22,10 +22,11 @@ prints what the ledger and the cache hold without running; `--only ours` needs n
 (the ledger has its side).
 
 A fidelity change (one that moves the reference profile's records) is shown with
-`--paired-against REV`: our side also runs with the package as it is at git revision REV (a
-scratch worktree; cached in CACHE/at-REV), and a second table decides per cell whether the two
-are equivalent over the same seeds (paired: each seed's runs share the initial design and the
-context draws; the one-sample t on the per-seed log-ratios).
+`--paired-against REV`: our side also runs with the package as it is at git revision REV, by
+REV's own copy of this script in a scratch worktree (only it knows how REV's package is laid out;
+cached in CACHE/at-REV; scripts before 0.23.0 also want `--published`), and a second table
+decides per cell whether the two are equivalent over the same seeds (paired: each seed's runs
+share the initial design and the context draws; the one-sample t on the per-seed log-ratios).
 
     .venv/bin/python benchmarks/fidelity/fidelity.py --published /scratch/published --seeds 10
     .venv/bin/python benchmarks/fidelity/fidelity.py --published /scratch/published --table-only
@@ -40,7 +41,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -258,28 +258,34 @@ def phases(cells: list[tuple[str, str]], seeds: list[int], cache: Path) -> list[
     return lines
 
 
-def run_ours_at(revision: str, cells: list[tuple[str, str]], seeds: list[int], cache: Path, workers: int) -> Path:
-    """Our side with the package as it is at `revision` (a scratch git worktree, this script),
-    cached in CACHE/at-<commit>; returns that cache."""
+def run_ours_at(revision: str, cells: list[tuple[str, str]], seeds: list[int], cache: Path, workers: int,
+                published: list[str]) -> Path:
+    """Our side with the package as it is at `revision`, run by that revision's own fidelity.py in a
+    scratch git worktree (its harness calls its package; the cache format, ours/<cell>_<seed>_<key>.json
+    with `cumulative_regret`, has not changed), cached in CACHE/at-<commit>; returns that cache.
+    `published`: the --published arguments given, passed on (the script before 0.23.0 requires them)."""
     root = harness.ROOT
     commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", f"{revision}^{{commit}}"],
                             capture_output=True, text=True)
     if commit.returncode != 0:
         raise SystemExit(f"error: --paired-against: {revision!r} is not a git revision of {root}")
-    then = cache / f"at-{commit.stdout.strip()}"
+    then = cache.resolve() / f"at-{commit.stdout.strip()}"  # absolute: the script runs in the scratch folder
     with tempfile.TemporaryDirectory(prefix="fidelity-") as scratch:
         tree = Path(scratch) / "tree"
         subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(tree), commit.stdout.strip()],
                        check=True, capture_output=True)
-        # The tree gives the package as it was; the benchmarks (this script, published.py, the
-        # harness) stay this checkout's, which the script puts at the end of sys.path.
-        shutil.rmtree(tree / "benchmarks", ignore_errors=True)
+        script = tree / "benchmarks" / "fidelity" / "fidelity.py"
         try:
-            command = [sys.executable, __file__, "--only", "ours", "--cache", str(then), "--seeds", str(len(seeds)),
-                       "--workers", str(workers), "--cells", *[f"{a}:{p}" for a, p in cells]]
+            if not script.is_file():
+                raise SystemExit(f"error: --paired-against: {revision!r} has no benchmarks/fidelity/fidelity.py")
+            command = [sys.executable, str(script), "--only", "ours", "--cache", str(then), "--seeds", str(len(seeds)),
+                       "--workers", str(workers), *published, "--cells", *[f"{a}:{p}" for a, p in cells]]
             print(f"ours at {revision} ({commit.stdout.strip()}):", flush=True)
-            subprocess.run(command, env={**os.environ, "PYTHONPATH": str(tree)}, check=True, cwd=scratch,
-                           stdout=subprocess.DEVNULL)
+            done = subprocess.run(command, env={**os.environ, "PYTHONPATH": str(tree)}, cwd=scratch,
+                                  stdout=subprocess.DEVNULL)
+            if done.returncode != 0:
+                raise SystemExit(f"error: --paired-against: {revision}'s fidelity.py exited {done.returncode} "
+                                 "(its message above; a revision before 0.23.0 also needs --published)")
         finally:
             subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(tree)], check=False)
     return then
@@ -362,7 +368,9 @@ def main() -> None:
             record_in_ledger(run, cache / "published")
     then = None
     if args.paired_against and not args.table_only:
-        then = run_ours_at(args.paired_against, cells, seeds, cache, args.workers)
+        passed_on = [] if args.published is None else ["--published", args.published] + (
+            [] if args.published_python is None else ["--published-python", args.published_python])
+        then = run_ours_at(args.paired_against, cells, seeds, cache, args.workers, passed_on)
     if not args.table_only:
         if args.only != "published":
             run_ours(cells, seeds, cache, args.workers)

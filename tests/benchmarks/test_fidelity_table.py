@@ -108,3 +108,20 @@ def test_each_table_is_followed_by_its_count_and_no_rank_test_is_left(printed: s
     assert printed.count("1 equivalent, 1 different, 1 undetermined at this n") == 2
     assert "Mann-Whitney" not in printed and "Holm" not in printed and "Wilcoxon" not in printed
     assert "Below 15 seeds a side" in printed  # 10 seeds: the calibration note
+
+
+def test_paired_against_runs_the_revisions_own_script_into_a_cache_given_relative_to_the_caller(tmp_path) -> None:
+    """`--paired-against HEAD` for one cheap cell and seed: HEAD's fidelity.py runs in a scratch
+    worktree (which is its working folder) and writes into CACHE/at-<commit> under the caller's
+    folder, not the scratch one; the same records now and then make the cell identical."""
+    head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    if head.returncode != 0:
+        pytest.skip("not a git checkout: --paired-against needs a revision")
+    command = [sys.executable, str(ROOT / "benchmarks" / "fidelity" / "fidelity.py"), "--only", "ours",
+               "--cache", "cache", "--seeds", "1", "--workers", "1", "--paired-against", "HEAD",
+               "--cells", "gp-ucb:three-hump-camel"]
+    out = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(list((tmp_path / "cache" / f"at-{head.stdout.strip()}" / "ours").glob("gp-ucb_three-hump-camel_200_*"))) == 1
+    paired = rows(out.stdout, "| algorithm | problem | seeds | R_100 at HEAD")
+    assert paired[("gp-ucb", "three-hump-camel")]["lower/tied/higher"] == "0/1/0"
