@@ -1,12 +1,14 @@
 """The published side of `fidelity_paired.py`; it runs in the published code's venv.
 
-Runs the published optimiser class (its `run_opt`, unmodified) on Newsvendor with the
-initial design and the demand draws it is given, instead of its own: `generate_initial_data`
-returns the given design (observed through the problem as usual) and SciPy's `burr12.rvs`,
-the problem's only random draw, hands out the given demands in order. Everything else (the GP
-fit, its retries, BoTorch's optimiser) draws from the published code's own seeded streams, as
-`main.py` seeds them. Writes a JSON answer (X, Y, contexts, stochastic_Y). Imports nothing of
-wdrbo_dist (not installed here).
+Runs the published optimiser class (its `run_opt`, unmodified) on a published problem with the
+initial design and the context draws it is given, instead of its own: `generate_initial_data`
+returns the given design (observed through the problem as usual) and the problem's only random
+draw hands out the given contexts in order: SciPy's `burr12.rvs` on Newsvendor, `torch.normal`
+inside the problem's `evaluate_true` on the others (the given contexts are already clamped to
+the box, and the problem's clamp leaves them so). Everything else (the GP fit, its retries,
+BoTorch's optimiser) draws from the published code's own seeded streams, as `main.py` seeds
+them. Writes a JSON answer (X, Y, contexts, stochastic_Y). Imports nothing of wdrbo_dist (not
+installed here).
 
     PUBLISHED/venv/bin/python benchmarks/fidelity/fidelity_paired_probe.py PUBLISHED request.json answer.json
 """
@@ -37,17 +39,34 @@ def main() -> None:
 
     request = json.loads(open(args.request).read())
     torch.set_num_threads(1)
-    demands = iter(request["demands"])
+    contexts = iter(request["contexts"])
+    problem = getattr(Test_Function, request["problem"])(negate=True).to(dtype=torch.float64)  # as main.py makes it
 
     class GivenDemands:
-        """Stands in for scipy.stats.burr12 in the problem's module: the given draws, in order."""
+        """Stands in for scipy.stats.burr12 in Newsvendor's module: the given draws, in order."""
 
         @staticmethod
         def rvs(c: float, d: float, size: int) -> np.ndarray:
-            return np.array([next(demands) for _ in range(size)], dtype=np.float64)
+            return np.array([next(contexts) for _ in range(size)], dtype=np.float64)
 
-    Test_Function.burr12 = GivenDemands
-    problem = Test_Function.Continuous_Vendor(negate=True).to(dtype=torch.float64)
+    def given_normal(mean: float, std: float, size: tuple[int, int]) -> torch.Tensor:
+        """Stands in for torch.normal while the problem draws its contexts: the given rows, in order."""
+        rows = [next(contexts) for _ in range(size[0])]
+        return torch.tensor(rows, dtype=torch.float64).reshape(size)
+
+    if request["problem"] == "Continuous_Vendor":
+        Test_Function.burr12 = GivenDemands
+    else:
+        draw_contexts = problem.evaluate_true
+
+        def evaluate_true(X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: N803 - BoTorch's name
+            normal, torch.normal = torch.normal, given_normal
+            try:
+                return draw_contexts(X)
+            finally:
+                torch.normal = normal
+
+        problem.evaluate_true = evaluate_true
     design = torch.tensor(request["design"], dtype=torch.float64)
 
     def given_design(problem, init_size):  # noqa: ANN001 - the published function's signature
