@@ -45,13 +45,12 @@ from benchmarks import harness  # first: one thread, before NumPy or torch is im
 
 import numpy as np
 
-from benchmarks.fidelity.fidelity import EVALUATIONS, INIT_SIZE, decide, decision_cells, ratio_text, summary
+from benchmarks.fidelity.fidelity import EVALUATIONS, decide, decision_cells, our_spec, ratio_text, summary
 from benchmarks.fidelity.published import (
     ALGORITHMS as PUBLISHED_NAMES, PROBLEMS as PUBLISHED_PROBLEMS, THREAD_ENV, PublishedCode, append_to_ledger, read_ledger,
 )
 from wdrbo_dist.problems import make_problem
 from wdrbo_dist.run.loop import run_one
-from wdrbo_dist.run.spec import RunSpec
 
 PROBLEMS = ("newsvendor", "modified-branin", "three-hump-camel", "ackley")  # the probe's problems
 FIRST_SEED = 300
@@ -77,15 +76,10 @@ def record(key: str, answer: dict) -> None:
     append_to_ledger({"key": key, "published": answer}, LEDGER)
 
 
-def our_spec(problem: str, algorithm: str, seed: int) -> RunSpec:
-    return RunSpec.make(algorithm=algorithm, problem=problem, seed=seed, evaluations=EVALUATIONS,
-                        init_size=INIT_SIZE, fidelity="reference")
-
-
 def ours(problem: str, algorithm: str, seed: int) -> dict:
     """Our reference run: its decisions, expected values, initial design and context stream (one
     number an evaluation where the context is one-dimensional, else a row)."""
-    spec = our_spec(problem, algorithm, seed)
+    spec = our_spec(algorithm, problem, seed)
     result = run_one(spec)
     if not result.ok:
         raise SystemExit(f"ours: {spec.label} failed:\n{result.error}")
@@ -139,7 +133,7 @@ def pair(code: PublishedCode | None, cache: Path, problem: str, algorithm: str, 
 def cached_ours(cache: Path, problem: str, algorithm: str, seed: int) -> dict:
     """Our run of one seed: the cached one if this version made it, else run here (in this process)."""
     path = cache_path(cache, problem, algorithm, seed)
-    if path.is_file() and (entry := json.loads(path.read_text()))["ours"]["run_key"] == our_spec(problem, algorithm, seed).run_key:
+    if path.is_file() and (entry := json.loads(path.read_text()))["ours"]["run_key"] == our_spec(algorithm, problem, seed).run_key:
         return entry["ours"]
     return ours(problem, algorithm, seed)
 
