@@ -125,7 +125,7 @@ def run_study(config: Path, cluster, server, faults: bool, args, log: Path):
             time.sleep(max(0.0, when - time.monotonic()))
             restarts.remove((when, what))
             if what == "tracking":
-                server = start_mlflow_server(server.log.parent, port=int(server.uri.rsplit(":", 1)[1]))
+                server = start_mlflow_server(server.log.parent, port=int(server.uri.rsplit(":", 1)[1]), auth=False)
                 wait_for(server.up, 120, "mlflow server")
             else:
                 nodes += 1
@@ -210,7 +210,7 @@ def main() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     work = Path(tempfile.mkdtemp(prefix="chaos-", dir="/tmp"))
     (work / "server").mkdir()
-    server = start_mlflow_server(work / "server")
+    server = start_mlflow_server(work / "server", auth=False)
     try:
         with started_ray_cluster("wdc") as cluster:
             wait_for(server.up, 120, "mlflow server", server.log)

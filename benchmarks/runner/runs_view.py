@@ -45,7 +45,7 @@ def runs_view_timing(tracking_uri: str, study: str, scratch: Path, env: dict[str
 
     root = scratch / "ui"
     root.mkdir()
-    server = start_mlflow_server(root, backend_store_uri=tracking_uri, workers=workers, env=env)
+    server = start_mlflow_server(root, backend_store_uri=tracking_uri, workers=workers, env=env, auth=False)
     try:
         wait_for(server.up, 180, "mlflow server", server.log)
         experiment = MlflowClient(server.uri).get_experiment_by_name(study)

@@ -115,7 +115,7 @@ def measure(runs: int, tracking: str, run_ms: float, workers: int, scratch: Path
         from tests.support.local_servers import start_mlflow_server, wait_for
 
         (scratch / "server").mkdir()
-        server = start_mlflow_server(scratch / "server")
+        server = start_mlflow_server(scratch / "server", auth=False)  # the runner's cost, not the auth app's
         wait_for(server.up, 120, "mlflow server")
         uri = server.uri
     else:

@@ -21,8 +21,7 @@ from wdrbo_dist.storage.store import ResultStore
 from wdrbo_dist.errors import ExitCode
 from wdrbo_dist.execution import ray_backend
 
-from conftest import start_mlflow_server, started_ray_cluster, stop, wait_for
-from tests.support.local_servers import node_raylet, processes
+from tests.support.local_servers import node_raylet, processes, start_mlflow_server, started_ray_cluster, stop, wait_for
 from test_cluster import CLI, _task_processes, finished_once, write_study
 
 pytestmark = pytest.mark.integration
@@ -78,7 +77,8 @@ class StoppableServer:
         stop(self.server.process, grace_s=10)  # the server this module started
 
     def start_again(self) -> None:
-        self.server = start_mlflow_server(self.root, port=int(self.uri.rsplit(":", 1)[1]))
+        self.server = start_mlflow_server(self.root, port=int(self.uri.rsplit(":", 1)[1]),
+                                          admin_password=self.server.admin_password)  # its users are kept
         self.wait("mlflow server again")
 
 
@@ -93,12 +93,15 @@ def _module_server(tmp_path_factory) -> Iterator[StoppableServer]:
 
 
 @pytest.fixture
-def stoppable_server(_module_server: StoppableServer) -> StoppableServer:
-    """The module's own server, up (started again if a test before left it stopped)."""
+def stoppable_server(_module_server: StoppableServer, monkeypatch: pytest.MonkeyPatch) -> StoppableServer:
+    """The module's own server, up (started again if a test before left it stopped), its login in
+    this test's environment."""
     if _module_server.server.process.poll() is None:
         _module_server.wait()
     else:
         _module_server.start_again()
+    for name, value in _module_server.server.credentials.items():
+        monkeypatch.setenv(name, value)
     return _module_server
 
 

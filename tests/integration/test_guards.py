@@ -1,15 +1,13 @@
 """What the runner refuses before any work, against real servers on 127.0.0.1: a `submit` whose
 results would land in Ray's temporary job folder, a run that no node of the cluster can place;
-and a shared MLflow server behind MLflow's basic-auth app, reached with credentials from the
-environment by the driver and by the Ray workers."""
+and the session's MLflow server, behind MLflow's basic-auth app: refused without credentials,
+reached with them from the environment by the driver and by the Ray workers."""
 
 from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,6 @@ import requests
 import yaml
 from mlflow.tracking import MlflowClient
 
-from tests.support.local_servers import start_mlflow_server, stop, wait_for
 from wdrbo_dist.study.config import load_study_config
 from wdrbo_dist.storage.store import ResultStore
 
@@ -71,32 +68,18 @@ def test_a_run_no_node_can_place_is_one_line_and_exit_2_before_any_run(ray_clust
     assert not (study.output_dir / "study.json").exists() and not (study.output_dir / "runs").exists()
 
 
-@pytest.fixture
-def guarded_server():
-    root = Path(tempfile.mkdtemp(prefix="wdrauth", dir="/tmp"))
-    password = secrets.token_urlsafe(18)
-    server = start_mlflow_server(root, admin_password=password)
-    try:
-        wait_for(lambda: server.up() or server.process.poll() is not None, 180, "mlflow server (basic-auth)",
-                 server.log)
-        assert server.up(), server.log.read_text()[-3000:]
-        yield server, password
-    finally:
-        stop(server.process, grace_s=10)
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def test_a_shared_mlflow_server_with_basic_auth_takes_credentials_from_the_environment(
-    guarded_server, tmp_path, monkeypatch
-):
-    server, password = guarded_server
+def test_a_shared_mlflow_server_with_basic_auth_takes_credentials_from_the_environment(mlflow_server, tmp_path):
+    server = mlflow_server
     config = write_study(tmp_path / "study.yaml", "guarded", server.uri, tmp_path / "out", algorithms=["gp-ucb"],
                          seeds=[0])
     # The runner's own Ray (token auth on); its workers inherit the driver's environment.
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "MLFLOW_TRACKING_"))}
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
-    anonymous = requests.get(f"{server.uri}/api/2.0/mlflow/experiments/search?max_results=1", timeout=30)
-    assert anonymous.status_code == 401  # the server refuses requests without credentials
+    search = f"{server.uri}/api/2.0/mlflow/experiments/search?max_results=1"
+    assert requests.get(search, timeout=30).status_code == 401  # the server refuses requests without credentials
+    # ... and with a wrong password, though it keeps good logins a while (its auth cache)
+    assert requests.get(search, auth=("admin", server.admin_password), timeout=30).status_code == 200
+    assert requests.get(search, auth=("admin", server.admin_password + "x"), timeout=30).status_code == 401
 
     refused = subprocess.run([CLI, "run", str(config), "--quiet"], env=env, capture_output=True, text=True,
                              timeout=300)
@@ -104,15 +87,13 @@ def test_a_shared_mlflow_server_with_basic_auth_takes_credentials_from_the_envir
     assert len(refused.stderr.strip().splitlines()) == 1 and "tracking_uri" in refused.stderr, refused.stderr
     assert not list((tmp_path / "out").glob("runs/*.parquet"))
 
-    env.update(MLFLOW_TRACKING_USERNAME="admin", MLFLOW_TRACKING_PASSWORD=password)
+    env.update(server.credentials)
     out = subprocess.run([CLI, "run", str(config), "--quiet"], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "could not log to mlflow" not in out.stdout + out.stderr  # the workers logged their runs themselves
     study = load_study_config(config)
     keys = {r.run_key for r in study.runs}
     assert ResultStore(study.output_dir).finished_keys() == keys
-    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
-    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
     client = MlflowClient(server.uri)
     experiment = client.get_experiment_by_name("guarded")
     runs = client.search_runs([experiment.experiment_id], filter_string="tags.role = 'run'")

@@ -17,8 +17,7 @@ import pytest
 import yaml
 
 from tests.support.chromium_cdp import ensure_chromium, load_page
-from conftest import stop, wait_for
-from tests.support.local_servers import start_mlflow_ui
+from tests.support.local_servers import start_mlflow_ui, stop, wait_for
 from wdrbo_dist.cli import main
 from wdrbo_dist.tracking.views import MLFLOW_UI_DEFAULT
 

@@ -187,6 +187,14 @@ class MlflowServer:
     uri: str
     process: subprocess.Popen
     log: Path
+    admin_password: str | None = None  # None: no authentication (a benchmark's server)
+
+    @property
+    def credentials(self) -> dict[str, str]:
+        """The variables a client (the runner, its workers, MlflowClient) takes its login from."""
+        if self.admin_password is None:
+            return {}
+        return {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": self.admin_password}
 
     def up(self) -> bool:
         try:
@@ -197,28 +205,38 @@ class MlflowServer:
 
 def start_mlflow_server(root: Path, port: int | None = None, admin_password: str | None = None,
                         backend_store_uri: str | None = None, workers: int = 1,
-                        env: dict[str, str] | None = None) -> MlflowServer:
+                        env: dict[str, str] | None = None, auth: bool = True,
+                        auth_cache_s: int = 60) -> MlflowServer:
     """`mlflow server` on 127.0.0.1 with a sqlite backend (or `backend_store_uri`) and proxied
     artifacts under `root`, in a session of its own; started without waiting (see
-    `MlflowServer.up`). With `admin_password`, MLflow's basic-auth app guards it: user `admin`,
-    that password. `env`: added to its environment (a database's PGUSER / PGPASSWORD)."""
+    `MlflowServer.up`). MLflow's basic-auth app guards it (`auth`, on for every test): user
+    `admin`, `admin_password` (a fresh one unless given; a server started again on the same
+    `root` keeps its first, so pass it). A password check is a deliberately slow hash (0.4 s a
+    request on 2 cores); `auth_cache_s` keeps a good login that long, as docs/reliability.md
+    advises a lab's server (0: every request checked). `env`: added to its environment (a
+    database's PGUSER / PGPASSWORD)."""
     port = port or free_port()
     log = root / "server.log"
-    env, auth = {**_mlflow_server_env(), **(env or {})}, []
+    env, auth_app = {**_mlflow_server_env(), **(env or {})}, []
+    if not auth:
+        admin_password = None
+    elif admin_password is None:
+        admin_password = secrets.token_urlsafe(18)
     if admin_password is not None:
         (root / "basic_auth.ini").write_text(
             f"[mlflow]\ndefault_permission = READ\ndatabase_uri = sqlite:///{root}/basic_auth.db\n"
             f"admin_username = admin\nadmin_password = {admin_password}\n"
+            f"auth_cache_ttl_seconds = {auth_cache_s}\n"
             "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
         env["MLFLOW_AUTH_CONFIG_PATH"] = str(root / "basic_auth.ini")
         env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = secrets.token_hex(16)  # its CSRF protection's key
-        auth = ["--app-name", "basic-auth"]
+        auth_app = ["--app-name", "basic-auth"]
     process = subprocess.Popen(
-        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), *auth,
+        [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers), *auth_app,
          "--backend-store-uri", backend_store_uri or f"sqlite:///{root}/mlflow.db", "--artifacts-destination", str(root / "artifacts")],
         cwd=root, env=env, stdout=log.open("a"), stderr=subprocess.STDOUT, start_new_session=True,
     )
-    return MlflowServer(f"http://127.0.0.1:{port}", process, log)
+    return MlflowServer(f"http://127.0.0.1:{port}", process, log, admin_password)
 
 
 def start_mlflow_ui(tracking_uri: str, log: Path, port: int | None = None, workers: int | None = None) -> MlflowServer:

@@ -7,6 +7,7 @@ that a study used and that is down when `report` runs.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -70,7 +71,8 @@ def test_report_against_a_tracking_server_that_is_down_says_so_in_seconds(tmp_pa
     config = study_file(tmp_path, server.uri)
     try:
         wait_for(server.up, 120, "mlflow server", server.log)
-        ran = subprocess.run([*CLI, "run", str(config), "--quiet"], capture_output=True, text=True, timeout=300)
+        ran = subprocess.run([*CLI, "run", str(config), "--quiet"], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, **server.credentials})
         assert ran.returncode == 0, ran.stderr[-2000:]
     finally:
         stop(server.process, grace_s=10)
