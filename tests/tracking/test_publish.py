@@ -16,8 +16,11 @@ from wdrbo_dist.tracking.study_tracker import StudyTracker
 
 @pytest.fixture(scope="module")
 def uri(tmp_path_factory):
-    """One sqlite store for the module: creating its schema is the slow part (seconds)."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    """One sqlite store for the module, its schema created here (the slow part, seconds), so that
+    each test finds the store a study's first `run` leaves, whichever runs first."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    MlflowClient(tracking_uri=uri).search_experiments()
+    return uri
 
 
 @pytest.mark.integration
