@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[2]))  # the repo root: `benchmarks`, the tests' servers
 
-from benchmarks import harness  # noqa: F401 - first: one thread, before NumPy or torch is imported
+from benchmarks import harness  # first: one thread, before NumPy or torch is imported
 
 SETTINGS = {"none": {"auth": False}, "auth, every login checked": {"auth_cache_s": 0},
             "auth, logins kept 60 s": {"auth_cache_s": 60}}
@@ -42,8 +42,8 @@ def timed_requests(uri: str, login: tuple[str, str] | None, count: int) -> dict[
     def search() -> None:
         session.post(f"{api}/experiments/search", json={"max_results": 1}, timeout=30).raise_for_status()
 
-    def log(step: int = 0) -> None:
-        metrics = [{"key": "regret", "value": 1.0, "timestamp": 0, "step": step * 10 + i} for i in range(10)]
+    def log() -> None:
+        metrics = [{"key": "regret", "value": 1.0, "timestamp": 0, "step": step} for step in range(10)]
         session.post(f"{api}/runs/log-batch", json={"run_id": run_id, "metrics": metrics}, timeout=30).raise_for_status()
 
     out = {}
@@ -58,7 +58,7 @@ def timed_requests(uri: str, login: tuple[str, str] | None, count: int) -> dict[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--requests", type=int, default=50, help="timed requests of each kind per setting")
+    parser.add_argument("--requests", type=harness.count, default=50, help="timed requests of each kind per setting")
     args = parser.parse_args()
 
     import requests

@@ -45,6 +45,5 @@ def _mlflow_ready(_mlflow_process: MlflowServer, ray_cluster) -> MlflowServer:
 def mlflow_server(_mlflow_ready: MlflowServer, monkeypatch: pytest.MonkeyPatch) -> MlflowServer:
     """The tracking server, ready (every test here uses both servers), its login in this test's
     environment: for the commands it starts and for MlflowClient."""
-    for name, value in _mlflow_ready.credentials.items():
-        monkeypatch.setenv(name, value)
+    _mlflow_ready.log_in(monkeypatch)
     return _mlflow_ready

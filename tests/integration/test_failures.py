@@ -100,8 +100,7 @@ def stoppable_server(_module_server: StoppableServer, monkeypatch: pytest.Monkey
         _module_server.wait()
     else:
         _module_server.start_again()
-    for name, value in _module_server.server.credentials.items():
-        monkeypatch.setenv(name, value)
+    _module_server.server.log_in(monkeypatch)
     return _module_server
 
 

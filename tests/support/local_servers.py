@@ -196,6 +196,11 @@ class MlflowServer:
             return {}
         return {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": self.admin_password}
 
+    def log_in(self, monkeypatch) -> None:
+        """Put the login in this test's environment: for the commands it starts and MlflowClient."""
+        for name, value in self.credentials.items():
+            monkeypatch.setenv(name, value)
+
     def up(self) -> bool:
         try:
             return requests.get(f"{self.uri}/health", timeout=2).status_code == 200
